@@ -26,17 +26,8 @@ Run `python reco_mini.py` for base vs GRPO vs ReCo on CPU in a few minutes.
 """
 from __future__ import annotations
 
-import argparse
-import ast
-import json
 import math
-import random
-import re
-import sys
-import threading
-import time
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
