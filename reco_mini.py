@@ -26,12 +26,22 @@ Run `python reco_mini.py` for base vs GRPO vs ReCo on CPU in a few minutes.
 """
 from __future__ import annotations
 
+import argparse
+import ast
+import copy
+import json
 import math
-from dataclasses import dataclass
+import random
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from tqdm.auto import tqdm
 
 METHODS = {  # method -> (occurrence mode, token ratio)
     "grpo": ("none", "is"),
@@ -54,6 +64,8 @@ class Config:
     data: str = ""  # JSONL with problem,answer (task=math)
     n_train: int = 1024  # countdown RL training problems
     n_test: int = 128  # held-out countdown problems
+    hidden: int = 96  # tiny model width
+    layers: int = 3
     sft_steps: int = 600
     sft_batch: int = 128
     sft_lr: float = 3e-3
@@ -65,7 +77,7 @@ class Config:
     minibatches: int = 2  # updates per pass
     lr: float = 1e-3
     temperature: float = 1.0
-    max_new_tokens: int = 12
+    max_new_tokens: int = 0  # 0 = the task default (12 countdown, 1024 math)
     clip_low: float = 0.2
     clip_high: float = 0.2
     dual_clip: float = 0.0  # 0 = off; verl uses 3
@@ -81,6 +93,7 @@ class Config:
     # evaluation
     n_eval: int = 256  # samples per held-out problem
     eval_batch: int = 4096
+    ks: str = ""  # comma-separated k for Pass@k; empty = 1, 2, 4, ..., n_eval
 
     @property
     def method_list(self) -> list[str]:
@@ -259,10 +272,750 @@ def policy_loss(
     return loss_total, stats
 
 
+# =============================================================================
+# Task: Countdown with 3 numbers. Reach the target with each number used once
+# and + - * ( ). Solutions come in "forms"; the SFT demonstrations use a form
+# prior skewed toward a*b+c, so problems solvable only by rare forms have a low
+# base Pass@1 but real coverage at large k (DESIGN.md section 4).
+# =============================================================================
+
+FORMS = ["{a}*{b}+{c}", "{a}*{b}-{c}", "({a}+{b})*{c}", "({a}-{b})*{c}", "{a}+{b}+{c}"]
+SFT_FORM_PRIOR = [0.55, 0.25, 0.12, 0.055, 0.025]
+MAX_NUMBER = 20
+
+
+@dataclass(frozen=True)
+class Problem:
+    numbers: tuple[int, int, int]
+    target: int
+
+    @property
+    def prompt(self) -> str:  # fixed width, so prompts batch without padding
+        return ",".join(f"{x:02d}" for x in self.numbers) + f">{self.target:03d}:"
+
+
+def make_problem(rng: random.Random, form_prior: list[float]) -> tuple[Problem, str]:
+    """A random problem and the expression that generated it."""
+    while True:
+        form = rng.choices(FORMS, weights=form_prior)[0]
+        nums = rng.sample(range(1, MAX_NUMBER + 1), 3)
+        expr = form.format(a=nums[0], b=nums[1], c=nums[2])
+        target = countdown_value(expr)
+        if target is not None and 1 <= target <= 999:
+            shown = tuple(sorted(nums, key=lambda _: rng.random()))
+            return Problem(shown, target), expr
+
+
+def make_splits(cfg: Config) -> dict[str, list[Problem]]:
+    """Disjoint RL train / validation / test problems (forms drawn uniformly)."""
+    rng, seen, splits = random.Random(1234), set(), {}
+    for name, size in (("test", cfg.n_test), ("val", cfg.n_test), ("train", cfg.n_train)):
+        splits[name] = []
+        while len(splits[name]) < size:
+            problem, _ = make_problem(rng, [1.0] * len(FORMS))
+            if problem not in seen:
+                seen.add(problem)
+                splits[name].append(problem)
+    return splits
+
+
+def countdown_value(expr: str) -> int | None:
+    """Exact value of an expression of integers, + - * and parentheses; None if
+    anything else appears. Whitelist parser over Python's ast: nothing is run."""
+    import sympy
+
+    if len(expr) > 64:
+        return None
+    try:
+        tree = ast.parse(expr, mode="eval").body
+    except (SyntaxError, ValueError):
+        return None
+    ops = {ast.Add: sympy.Add, ast.Sub: lambda x, y: x - y, ast.Mult: sympy.Mul}
+
+    def value(node: ast.AST):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return sympy.Integer(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            return ops[type(node.op)](value(node.left), value(node.right))
+        raise ValueError("disallowed syntax")
+
+    try:
+        return int(value(tree))
+    except (ValueError, RecursionError):
+        return None
+
+
+def countdown_reward(problem: Problem, response: str) -> float:
+    """1 if the response uses exactly the given numbers once each and hits the target."""
+    used = sorted(int(t) for t in re.findall(r"\d+", response))
+    if used != sorted(problem.numbers) or re.search(r"[^0-9+\-*()]", response):
+        return 0.0
+    return float(countdown_value(response) == problem.target)
+
+
 # -- math answer grading (task=math) --------------------------------------------
+# grade_answer takes the last \boxed{} of a response, normalises it and the gold, and parses both with a whitelist
+# Pratt parser that builds sympy objects itself (never eval/exec/sympify/parse_expr). Conventions: numbers match
+# within relative tolerance 1e-4, expressions at three fixed points; "50\%" matches 50 and 0.5; degrees, "\$" and
+# units text are dropped; "x=5" matches 5 unless both are equations; "1,000" is 1000; tuples and intervals compare
+# in order with their brackets, bare lists and \{sets\} as multisets; \text{} answers as text (case, spaces and
+# parentheses aside). Bounds: 1000 chars, nesting depth 100, 50 list items, 3000-bit integers (9^9^9^9 and roots of
+# huge numbers are refused before sympy sees them: big-int work holds the GIL), then a daemon thread joined for 1 s,
+# which works in threads and process pools alike (no signals). Anything unparseable is simply wrong.
+import threading  # noqa: E402
+from collections.abc import Callable, Container  # noqa: E402
+from fractions import Fraction  # noqa: E402
+
+import sympy  # noqa: E402
+
+_MAX_LEN, _MAX_DEPTH, _MAX_ITEMS, _MAX_BITS, _TIMEOUT_S, _RTOL = 1000, 100, 50, 3000, 1.0, 1e-4
+_POINTS = (0.5377, 1.8339, -2.2588, 0.8622, 0.3188, -1.3077, 1.4172, 0.7254, 2.6714)  # where symbols are compared
+_TEXT = r"\\(?:text|textbf|textrm|mbox|mathrm|mathbf|operatorname)\s*\{([^{}]*)\}"
+_REWRITES = [  # (pattern, replacement), in order; (?![a-zA-Z]) ends a command name
+    (r"\\[dt]frac", r"\\frac"), (r"\\?\$|\\!", ""), (r"\{,\}", ","), ("−", "-"), ("π", r"\\pi "), ("∞", r"\\infty "),
+    (r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])\.?|\\displaystyle|\\[,;: ]|\\q?quad(?![a-zA-Z])|~", " "),
+    (r"(?:\^\s*)?(?:\{\s*\\circ\s*\}|\\circ(?![a-zA-Z])|°)|\\degree(?![a-zA-Z])", ""),
+    (r"\\frac\s*(\d)\s*(\d)", r"\\frac{\1}{\2}"), (r"\\frac\s*(\d)", r"\\frac{\1}"),  # \frac12
+    (r"\\(?:cdot|times|ast)(?![a-zA-Z])|×|·", "*"), (r"\\div(?![a-zA-Z])|÷", "/"),
+]
+_UNITS = (r"(?<=[\d\s}])\s*(?:(?:square|sq\.?|cubic)\s+)?(?:units?|cm|mm|km|meters?|metres?|inch(?:es)?|feet|foot|ft"
+          r"|miles?|degrees?|dollars?|cents?|hours?|minutes?|seconds?|days?)\s*(?:\^\s*\{?\d\}?)?\s*$")
+_FUNCS = {n: getattr(sympy, n) for n in "sin cos tan cot sec csc sinh cosh tanh exp log".split()}
+_FUNCS |= {"arcsin": sympy.asin, "arccos": sympy.acos, "arctan": sympy.atan, "ln": sympy.log}
+_CONSTS = {"pi": sympy.pi, "infty": sympy.oo, "inf": sympy.oo, "e": sympy.E, "i": sympy.I}
+_TOKEN = re.compile(r"\d+\.?\d*(?:[eE][-+]?\d{1,4}(?![\d.]))?|\.\d+|\\[a-zA-Z]+|\\[{}]|\*\*|<=|>=|[-+*/^()\[\]{},=<>!_]"
+                    r"|(?:sqrt|pi|infty|inf|" + "|".join(_FUNCS) + r")(?![a-zA-Z])|[a-zA-Z]")
+_RELS = {"=": "=", "<": "<", ">": ">", "<=": "<=", ">=": ">=", "\\lt": "<", "\\gt": ">", "\\le": "<=", "\\leq": "<=",
+         "\\ge": ">=", "\\geq": ">=", "\\ne": "!=", "\\neq": "!="}
+_OPEN = {"(": ")]", "[": ")]", "{": "}", "\\{": "\\}"}
+_BINDING = {"+": 2, "-": 2, "*": 3, "/": 3, "^": 5, "**": 5, "!": 6}  # implicit multiplication binds like *
+_ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
+
+
+def _last_boxed(s: str) -> str | None:
+    """Content of the last \\boxed{...} or \\fbox{...} (nested braces; also "\\boxed 5"), or None."""
+    i = max(s.rfind("\\boxed"), s.rfind("\\fbox"))
+    m = re.compile(r"\\(?:boxed|fbox)(?: +([^\s{$]+)|\s*\{)").match(s, i) if i >= 0 else None
+    if m is None or m.group(1):
+        return m.group(1) if m else None
+    depth = 1
+    for k in range(m.end(), min(len(s), m.end() + _MAX_LEN + 1)):  # longer answers are refused anyway
+        depth += {"{": 1, "}": -1}.get(s[k], 0)
+        if depth == 0:
+            return s[m.end():k]
+    return None
+
+
+def _normalize(s: str) -> tuple[str, bool, bool]:
+    """LaTeX answer -> (canonical text, whether it is a \\text{} answer, whether it had a percent sign)."""
+    for pattern, rep in _REWRITES:
+        s = re.sub(pattern, rep, s)
+    pct, s = "%" in s, re.sub(r"\\?%", "", s)
+    is_text = re.fullmatch(r"\s*" + _TEXT + r"\s*", s)
+    s = is_text.group(1) if is_text else s
+    s = re.sub(_TEXT, lambda m: "," if m.group(1).strip() in ("and", "or") else m.group(0), s)
+    s = re.sub(r"(?<=[\d}).])\s*" + _TEXT.replace("[^{}]*", r"\s*[A-Za-z][A-Za-z .]*") + r"(?:\^\{?\d\}?)?", "", s)
+    s = re.sub(_UNITS, "", re.sub(_TEXT, r" \1 ", s)).strip().rstrip(".").strip()  # units; other \text{}: content
+    if re.fullmatch(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?", s):
+        s = s.replace(",", "")  # thousands separators; "(1,2)", "1,2" and "1, 234" stay lists
+    if (m := re.fullmatch(r"(-?)(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}", s)) and int(m[3]) < int(m[4]):
+        s = f"{m[1]}({m[2]}+{m[3]}/{m[4]})"  # mixed number 2\frac{1}{2}
+    return s, bool(is_text), pct
+
+
+def _expr(v: object) -> sympy.Expr:
+    if not isinstance(v, sympy.Expr):
+        raise ValueError("arithmetic on a tuple, set or relation")
+    return v
+
+
+def _sized(v: sympy.Expr) -> sympy.Expr:
+    """v, refused once a rational in it passes _MAX_BITS (huge gcds and primality tests would hold the GIL)."""
+    if any(max(abs(r.p), r.q).bit_length() > _MAX_BITS for r in v.atoms(sympy.Rational)):
+        raise ValueError("number too large")
+    return v
+
+
+def _pow(base: sympy.Expr, exp: sympy.Expr) -> sympy.Expr:
+    """base**exp, refused before sympy computes it when the result would be huge (9^9^9^9, 10^10^10)."""
+    if exp.is_number:
+        e, c = abs(complex(exp)), base if base.is_number else base.as_coeff_Mul()[0]  # (2x)^n computes 2^n
+        if c.is_Rational:  # log2 of a big int never overflows
+            bits = abs(math.log2(abs(c.p)) - math.log2(c.q)) if c.p else 0.0
+        else:
+            bits = abs(math.log2(abs(complex(c)) or 1.0))
+        if e * bits > _MAX_BITS or e > 10_000 and not base.is_number:
+            raise ValueError("power too large")
+        if c.is_Rational and not exp.is_Integer and max(abs(c.p), c.q).bit_length() > 1000:
+            raise ValueError("root of a huge number")  # sympy would try to factor it
+    return _sized(sympy.Pow(base, exp))
+
+
+class _Parser:
+    """Pratt parser over whitelisted tokens. A value is a sympy.Expr or (kind, tag, items): ("seq", brackets, ...)
+    for tuples and intervals, ("set", "" or "cup", ...) for lists, sets and unions, ("rel", ops, ...) for relations."""
+
+    def __init__(self, s: str) -> None:
+        self.toks, self.i, self.depth = _TOKEN.findall(s), 0, 0
+        if "".join(self.toks) != re.sub(r"\s", "", s):
+            raise ValueError("unexpected character")
+
+    def peek(self) -> str:
+        return self.toks[self.i] if self.i < len(self.toks) else ""
+
+    def take(self, want: str | None = None) -> str:
+        if not self.peek() or want is not None and self.peek() != want:
+            raise ValueError(f"expected {want or 'more input'}")
+        self.i += 1
+        return self.toks[self.i - 1]
+
+    def skip(self, tok: str) -> bool:
+        """Consume tok if it comes next."""
+        if self.peek() != tok:
+            return False
+        self.i += 1
+        return True
+
+    def chain(self, parse: Callable[[], object], seps: Container[str]) -> list:
+        """parse (sep parse)*, as [value, sep, value, ...]."""
+        out = [parse()]
+        while self.peek() in seps and len(out) < 2 * _MAX_ITEMS:
+            out += [self.take(), parse()]
+        return out
+
+    def items(self) -> list:
+        return self.chain(self.rel, (",",))[::2]
+
+    def rel(self) -> object:
+        parts = self.chain(lambda: self.union(), _RELS)
+        return ("rel", tuple(_RELS[op] for op in parts[1::2]), parts[::2]) if len(parts) > 1 else parts[0]
+
+    def union(self) -> object:
+        parts = self.chain(self.expr, ("\\cup",))[::2]
+        return ("set", "cup", parts) if len(parts) > 1 else parts[0]
+
+    def expr(self, min_binding: int = 0) -> object:
+        self.depth += 1
+        if self.depth > _MAX_DEPTH:
+            raise ValueError("nested too deeply")
+        if self.peek() in ("+", "-"):
+            sign = -1 if self.take() == "-" else 1
+            left = sign * _expr(self.expr(3))  # -x^2 is -(x^2)
+        else:
+            left = self.atom()
+        while True:
+            op = self.peek()
+            implicit = op and (op[0].isalnum() or op in ("(", "{", ".") or op[1:].isalpha() and op not in _RELS
+                               and op not in ("\\cup", "\\pm", "\\mp"))  # 2x, 2\pi, x(x+1)
+            binding = _BINDING.get(op, 3 if implicit else 0)
+            if binding <= min_binding:
+                self.depth -= 1
+                return left
+            if not implicit:
+                self.take()
+            if op == "!":
+                if (n := _expr(left)).is_number and not (n.is_Integer and 0 <= n <= 1000):
+                    raise ValueError("factorial out of range")
+                left = _sized(sympy.factorial(n))
+                continue
+            right = _expr(self.expr(binding - 1 if binding == 5 else binding))  # ^ is right-associative
+            left = _pow(_expr(left), right) if binding == 5 else _sized(_ARITH.get(op, _ARITH["*"])(_expr(left), right))
+
+    def atom(self) -> object:
+        t = self.take()
+        name = t.lstrip("\\")
+        if t[0].isdigit() or t[0] == ".":
+            q = Fraction(t)  # exact decimal; the token regex caps exponents at 4 digits
+            return _sized(sympy.Rational(q.numerator, q.denominator))
+        if t in _OPEN:
+            items, close = self.items(), self.take()
+            if close not in _OPEN[t]:
+                raise ValueError("unbalanced brackets")
+            if t == "\\{" or t == "{" and len(items) > 1:
+                return ("set", "", items)
+            return items[0] if len(items) == 1 and t + close in ("()", "[]", "{}") else ("seq", t + close, items)
+        if t == "\\frac":
+            return _expr(self.expr(9)) / _expr(self.expr(9))
+        if name == "sqrt":
+            root = sympy.Integer(2)
+            if self.skip("["):  # \sqrt[3]{x}
+                root = _expr(self.expr())
+                self.take("]")
+            return _pow(_expr(self.expr(9)), 1 / root)
+        if name in _FUNCS:
+            base = _expr(self.expr(9)) if self.skip("_") else None  # \log_2 8
+            power = _expr(self.expr(9)) if self.skip("^") else None  # \sin^2 x
+            x = _expr(self.expr(3))
+            if name not in ("log", "ln") and x.is_number and not abs(complex(x)) < 1e6:
+                raise ValueError("function argument too large")  # exp(10^900) would take minutes
+            v = _FUNCS[name](x) if base is None else sympy.log(x, base)
+            return v if power is None else _pow(v, power)
+        if name in _CONSTS:
+            return _CONSTS[name]
+        if t.isalpha() or t[0] == "\\" and name.isalpha() and t not in _RELS:  # x, \alpha, also x_1 and a_{n}
+            if self.skip("_"):
+                sub = self.take()
+                while sub.count("{") > sub.count("}"):
+                    sub += self.take()
+                name += "_" + sub.strip("{}")
+            return sympy.Symbol(name)
+        raise ValueError(f"unexpected {t!r}")
+
+
+def _parse(s: str) -> object:
+    if s.count("\\pm") + s.count("\\mp") == 1:  # 1 \pm \sqrt{2} is the list of both values
+        return ("set", "", [_parse(re.sub(r"\\pm|\\mp", op, s)) for op in "+-"])
+    parser = _Parser(s)
+    items = parser.items()
+    if parser.peek():
+        raise ValueError(f"unexpected {parser.peek()!r}")
+    return ("set", "", items) if len(items) > 1 else items[0]
+
+
+def _close(a: sympy.Expr, b: sympy.Expr) -> bool:
+    """Equal within relative tolerance, at three fixed points when there are free symbols."""
+    if a == b or a.is_Rational and b.is_Rational and abs(a - b) <= _RTOL * max(abs(a), abs(b)):
+        return True
+    if a.is_Rational and b.is_Rational or any(v.has(sympy.oo, -sympy.oo, sympy.zoo, sympy.nan) for v in (a, b)):
+        return False
+    syms = sorted(a.free_symbols | b.free_symbols, key=str)
+    for k in range(3 if syms else 1):
+        at = {s: sympy.Float(_POINTS[(k + 3 * j) % len(_POINTS)]) for j, s in enumerate(syms)}
+        x, y = sympy.N(a.xreplace(at), 30), sympy.N(b.xreplace(at), 30)
+        if not abs(x - y) <= _RTOL * max(abs(x), abs(y)):
+            return False
+    return True
+
+
+def _same(a: object, b: object) -> bool:
+    """Expressions by _close; tuples, intervals and relations in order; lists, sets and unions as multisets."""
+    for _ in range(2):  # a one-element list is its element; "x = 5" is 5 unless the other side is a relation too
+        if isinstance(a, tuple) and a[0] == "set" and len(a[2]) == 1:
+            a = a[2][0]
+        if isinstance(a, tuple) and a[:2] == ("rel", ("=",)) and isinstance(a[2][0], sympy.Symbol):
+            a = a if isinstance(b, tuple) and b[0] == "rel" else a[2][1]
+        a, b = b, a
+    if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr):
+        return _close(a, b)
+    if not (isinstance(a, tuple) and isinstance(b, tuple)) or a[:2] != b[:2] or len(a[2]) != len(b[2]):
+        return False
+    if a[:2] == ("rel", ("=",)) and all(isinstance(v, sympy.Expr) for v in a[2] + b[2]):
+        d, e = a[2][0] - a[2][1], b[2][0] - b[2][1]  # x + y = 5 matches 5 - y = x
+        return _close(d, e) or _close(d, -e)
+    if a[0] != "set":
+        return all(_same(x, y) for x, y in zip(a[2], b[2], strict=True))
+    rest = list(b[2])
+    for x in a[2]:
+        if (j := next((j for j, y in enumerate(rest) if _same(x, y)), None)) is None:
+            return False
+        del rest[j]
+    return True
+
+
+def _equivalent(response: str, gold: str) -> bool:
+    (a, a_text, a_pct), (b, b_text, b_pct) = _normalize(response), _normalize(gold)
+    text = a_text or b_text  # text answers compare up to case and outer parentheses
+    key = lambda s: re.sub(r"\s+", "", s).lower().strip("()") if text else re.sub(r"\s+", "", s)
+    if not a.strip() or key(a) == key(b):
+        return bool(a.strip())
+    x, y = _parse(a), _parse(b)
+    golds = [y, y * 100 if a_pct else y / 100] if isinstance(y, sympy.Expr) and a_pct != b_pct else [y]
+    return any(_same(x, g) for g in golds)
+
 
 def grade_answer(response: str, gold: str) -> bool:
-    """Placeholder, replaced by the grader section (issue 4)."""
-    raise NotImplementedError
+    """True iff the last \\boxed{...} of `response` is equivalent to `gold` (bare or boxed LaTeX).
+
+    Never raises and never evaluates text: unparseable, over-long or slow (> 1 s) comparisons are simply False.
+    """
+    try:
+        a, b = _last_boxed(response), _last_boxed(gold) if "\\boxed" in gold or "\\fbox" in gold else gold
+    except (TypeError, AttributeError):
+        return False
+    if not a or not b or len(a) > _MAX_LEN or len(b) > _MAX_LEN:
+        return False
+    result = [False]
+
+    def work() -> None:
+        try:
+            result[0] = _equivalent(a, b)
+        except Exception:  # unparseable or refused by a bound: wrong
+            pass
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(_TIMEOUT_S)
+    return result[0] is True and not worker.is_alive()
 
 # -- end math answer grading ----------------------------------------------------
+
+
+# =============================================================================
+# Model and sampling: a tiny Qwen2 with a character-level tokenizer (or any HF
+# causal LM), and an ancestral sampler with a KV cache.
+# =============================================================================
+
+def char_tokenizer():
+    """A Hugging Face tokenizer with one token per character; prepends <bos>."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *"0123456789+-*/()=,:> "])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="<unk>", padding_side="left")
+
+
+def tiny_model(tokenizer, hidden: int = 128, layers: int = 4):
+    """A randomly initialised ~1M-parameter Qwen2 causal LM."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=4 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
+                         max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    return Qwen2ForCausalLM(config)
+
+
+@torch.no_grad()
+def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, temperature: float,
+           eos_id: int, pad_id: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Sample from softmax(logits/tau) token by token, reusing the KV cache.
+
+    prompt_ids, prompt_mask: [B, L] left-padded -> responses [B, T], mask [B, T]
+    (mask is 1 up to and including <eos>; later positions hold pad_id).
+    """
+    from transformers import DynamicCache
+
+    cache, attn = DynamicCache(), prompt_mask
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L]
+    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, past_key_values=cache).logits[:, -1]
+    done = torch.zeros(prompt_ids.shape[0], dtype=torch.bool, device=prompt_ids.device)
+    tokens, alive = [], []
+    for _ in range(max_new_tokens):
+        probs = F.softmax(logits.float() / temperature, dim=-1)  # [B, V]
+        nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [B]
+        alive.append(~done)
+        tokens.append(torch.where(done, pad_id, nxt))
+        done = done | (nxt == eos_id)
+        if done.all():
+            break
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+        pos = pos[:, -1:] + 1
+        logits = model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=pos,
+                       past_key_values=cache).logits[:, -1]
+    return torch.stack(tokens, 1), torch.stack(alive, 1).long()
+
+
+def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor) -> Tensor:
+    """Logits at the positions that predict each response token: [B, T, V]."""
+    ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits
+    return logits[:, prompt_ids.shape[1] - 1: -1]
+
+
+def prompt_text(problem, tokenizer) -> str:
+    if isinstance(problem, Problem):
+        return problem.prompt
+    system = "Please reason step by step, and put your final answer within \\boxed{}."
+    if tokenizer.chat_template:  # the Qwen2.5-Math template when the model ships it
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": problem["problem"]}]
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    return f"Question: {problem['problem']}\n{system}\nAnswer:"
+
+
+def reward(problem, response: str) -> float:
+    if isinstance(problem, Problem):
+        return countdown_reward(problem, response)
+    return float(grade_answer(response, problem["answer"]))
+
+
+def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Generator) -> dict:
+    """n samples per problem (problem-major), decoded and scored."""
+    enc = tokenizer([prompt_text(p, tokenizer) for p in problems for _ in range(n)], padding=True,
+                    return_tensors="pt").to(cfg.device)
+    resp, mask = sample(model, enc.input_ids, enc.attention_mask, cfg.max_new_tokens, cfg.temperature,
+                        tokenizer.eos_token_id, tokenizer.pad_token_id, gen)
+    texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
+    rewards = torch.tensor([reward(p, t) for p, t in zip([p for p in problems for _ in range(n)], texts)])
+    return dict(prompt_ids=enc.input_ids, prompt_mask=enc.attention_mask, resp=resp, mask=mask, texts=texts,
+                rewards=rewards.view(len(problems), n))
+
+
+def sft(cfg: Config, model, tokenizer, exclude: set[Problem]):
+    """Supervised fine-tuning on demonstrations whose forms follow SFT_FORM_PRIOR."""
+    rng = random.Random(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, cfg.sft_lr, total_steps=cfg.sft_steps, pct_start=0.1)
+    for _ in tqdm(range(cfg.sft_steps), desc="sft base", leave=False):
+        demos = []
+        while len(demos) < cfg.sft_batch:
+            problem, expr = make_problem(rng, SFT_FORM_PRIOR)
+            if problem not in exclude:
+                demos.append((problem.prompt, expr))
+        prompts = tokenizer([p for p, _ in demos], return_tensors="pt").input_ids.to(cfg.device)
+        resp = tokenizer([e + tokenizer.eos_token for _, e in demos], add_special_tokens=False,
+                         padding=True, padding_side="right", return_tensors="pt").to(cfg.device)
+        logits = response_logits(model, prompts, torch.ones_like(prompts), resp.input_ids, resp.attention_mask)
+        loss = F.cross_entropy(logits.flatten(0, 1), resp.input_ids.flatten(), reduction="none")
+        loss = (loss * resp.attention_mask.flatten()).sum() / resp.attention_mask.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    return model
+
+
+# =============================================================================
+# RL training: rollout -> reward -> advantage -> old statistics -> response
+# weights -> several mini-batch updates (DESIGN.md section 2).
+# =============================================================================
+
+def method_terms(cfg: Config, method: str) -> tuple[str, str]:
+    occurrence, token_ratio = METHODS[method]
+    return cfg.occurrence or occurrence, cfg.token_ratio or token_ratio
+
+
+def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, run_dir: Path):
+    occurrence, token_ratio = method_terms(cfg, method)
+    rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    P, G, tau = cfg.prompts_per_step, cfg.group_size, cfg.temperature
+    ckpt, log = run_dir / "model.pt", open(run_dir / "log.jsonl", "w")
+    for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
+        t0 = time.time()
+        r = rollout(cfg, model, tokenizer, rng.sample(problems, P), G, gen)
+        t1 = time.time()
+        A = group_advantages(r["rewards"], scale_by_std=not cfg.no_std).flatten().to(cfg.device)  # [P*G]
+        mask = r["mask"].float()
+        batch = (r["prompt_ids"], r["prompt_mask"], r["resp"], r["mask"])
+        with torch.no_grad():
+            logits = response_logits(model, *batch)
+            old_logp, v_old = token_logprobs(logits, r["resp"], tau), variance_stat(logits, tau)
+            ref_logp = token_logprobs(response_logits(base, *batch), r["resp"], tau)
+            entropy = -(F.softmax(logits / tau, -1) * F.log_softmax(logits / tau, -1)).sum(-1)
+        v_old_mean = (v_old * mask).sum() / mask.sum() if cfg.variance_norm == "batch" else 1.0
+        responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
+        w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), occurrence, responses, mask.sum(-1).view(P, G),
+                               A.view(P, G), cfg.occurrence_apply).flatten()
+        stats: dict[str, list[float]] = {}
+        for _ in range(cfg.epochs):
+            for idx in torch.randperm(P * G, generator=gen, device=cfg.device).chunk(cfg.minibatches):
+                logits = response_logits(model, *(x[idx] for x in batch))
+                logp = token_logprobs(logits, r["resp"][idx], tau)
+                loss, s = policy_loss(
+                    logp, old_logp[idx], A[idx], mask[idx], token_ratio=token_ratio, weights=w[idx],
+                    v=variance_stat(logits.detach(), tau), v_old=v_old[idx], v_old_mean=v_old_mean,
+                    clip_low=cfg.clip_low, clip_high=cfg.clip_high, dual_clip=cfg.dual_clip,
+                    variance_cap=cfg.variance_cap, ref_logp=ref_logp[idx], kl_coef=cfg.kl_coef,
+                    aggregation=cfg.aggregation)
+                if not torch.isfinite(loss):
+                    kept = f"last good checkpoint kept at {ckpt}" if ckpt.exists() else "no checkpoint yet"
+                    sys.exit(f"error: non-finite loss ({loss.item()}) in {method} at step {step}; {kept}")
+                opt.zero_grad()
+                loss.backward()
+                s["grad_norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip).item()
+                for k, v in {**s, "loss": loss.item()}.items():
+                    stats.setdefault(k, []).append(v)
+        if (step + 1) % 10 == 0 or step + 1 == cfg.steps:
+            torch.save(model.state_dict(), ckpt.with_suffix(".tmp"))
+            ckpt.with_suffix(".tmp").replace(ckpt)  # atomic: a crash never leaves half a checkpoint
+        q = ref_logp - old_logp
+        row = {"step": step, "reward_mean": r["rewards"].mean().item(),
+               "pass_rate": (r["rewards"].max(1).values > 0).float().mean().item(),
+               "adv_abs_mean": A.abs().mean().item(), "w_min": w.min().item(), "w_mean": w.mean().item(),
+               "w_max": w.max().item(), "v_old_mean": float(v_old_mean),
+               "entropy": ((entropy * mask).sum() / mask.sum()).item(),
+               "kl_base": (((q.exp() - q - 1) * mask).sum() / mask.sum()).item(),
+               "response_length": mask.sum(-1).mean().item(),
+               **{k: sum(v) / len(v) for k, v in stats.items()},
+               **{k: max(v) for k, v in stats.items() if k.endswith("_max")},
+               "time_rollout": t1 - t0, "time_update": time.time() - t1}
+        log.write(json.dumps(row) + "\n")
+    log.close()
+    return model
+
+
+# =============================================================================
+# Evaluation: n samples per held-out problem -> unbiased Pass@k (DESIGN 3.5).
+# =============================================================================
+
+@torch.no_grad()
+def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
+    gen = torch.Generator(cfg.device).manual_seed(cfg.seed + 1)  # the same stream for every model
+    per_call = max(1, cfg.eval_batch // cfg.n_eval)
+    counts, distinct = [], []
+    for i in tqdm(range(0, len(problems), per_call), desc=f"eval {desc}", leave=False):
+        r = rollout(cfg, model, tokenizer, problems[i: i + per_call], cfg.n_eval, gen)
+        for j in range(r["rewards"].shape[0]):
+            texts = r["texts"][j * cfg.n_eval: (j + 1) * cfg.n_eval]
+            counts.append(int(r["rewards"][j].sum()))
+            distinct.append(len({t for t, ok in zip(texts, r["rewards"][j]) if ok}))
+    n, ks = cfg.n_eval, pass_ks(cfg)
+    return {"pass_at_k": {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks},
+            "mean_accuracy": sum(counts) / (n * len(counts)), "distinct_correct": sum(distinct) / len(distinct),
+            "solved_any": sum(c > 0 for c in counts) / len(counts), "counts": counts}
+
+
+def pass_ks(cfg: Config) -> list[int]:
+    if cfg.ks:
+        return [int(k) for k in cfg.ks.split(",")]
+    return [2 ** i for i in range(cfg.n_eval.bit_length()) if 2 ** i <= cfg.n_eval]
+
+
+def print_table(results: dict) -> str:
+    methods = results["methods"]
+    ks = list(next(iter(methods.values()))["pass_at_k"])
+    lines = ["pass@k   " + "".join(f"{m:>15}" for m in methods)]
+    lines += [f"{k:>6}   " + "".join(f"{methods[m]['pass_at_k'][k]:>15.3f}" for m in methods) for k in ks]
+    for key in ("mean_accuracy", "distinct_correct", "solved_any"):
+        lines.append(f"{key:<9}" + "".join(f"{methods[m][key]:>15.3f}" for m in methods))
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, res in results["methods"].items():
+        ks = [int(k) for k in res["pass_at_k"]]
+        ax.plot(ks, list(res["pass_at_k"].values()), marker="o", ms=3, label=name)
+    ax.set(xscale="log", xlabel="k (samples)", ylabel="Pass@k (held-out problems)", title="Pass@k: base vs GRPO vs ReCo")
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# =============================================================================
+# Plumbing: CLI, data files, the cached base policy, main.
+# =============================================================================
+
+QUICK = dict(n_train=64, n_test=16, sft_steps=150, steps=4, prompts_per_step=8, n_eval=32)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    parser = OneLineParser(prog="reco_mini.py", description=__doc__.split("\n")[0])
+    for f in fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type == "bool":
+            parser.add_argument(flag, action="store_true")
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default)
+    parser.add_argument("--method", help="a single method (same as --methods M)")
+    args = vars(parser.parse_args(argv))
+    method = args.pop("method")
+    args["methods"] = method or args["methods"]
+    cfg = Config(**args)
+    if cfg.quick:
+        cfg = Config(**{**args, **{k: v for k, v in QUICK.items() if args[k] == getattr(Config, k)}})
+    cfg.max_new_tokens = cfg.max_new_tokens or (12 if cfg.task == "countdown" else 1024)
+    cfg.device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    checks = [
+        (all(m in METHODS for m in cfg.method_list), f"--methods must be a subset of {sorted(METHODS)}"),
+        (cfg.group_size >= 2, "--group-size must be >= 2"),
+        (cfg.clip_low > 0 and cfg.clip_high > 0, "--clip-low and --clip-high must be > 0"),
+        (cfg.n_eval >= 1 and all(1 <= k <= cfg.n_eval for k in pass_ks(cfg)), "every k in --ks must be in [1, --n-eval]"),
+        (cfg.occurrence in ("", "sequence", "token-mean", "count", "none"), "bad --occurrence"),
+        (cfg.token_ratio in ("", "is", "variance", "variance-old"), "bad --token-ratio"),
+        (cfg.occurrence_apply in ("all", "positive"), "bad --occurrence-apply"),
+        (cfg.aggregation in ("token-mean", "seq-mean-token-mean"), "bad --aggregation"),
+        (cfg.variance_norm in ("batch", "none"), "bad --variance-norm"),
+        (cfg.task == "countdown" or (cfg.model and cfg.data), "--task math needs --model and --data"),
+        (cfg.prompts_per_step * cfg.group_size % cfg.minibatches == 0, "prompts*G must divide into --minibatches"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            parser.error(message)
+    return cfg
+
+
+def load_jsonl(path: str) -> list[dict]:
+    """Problems with "problem" and "answer"; errors name the file, line and field."""
+    rows = []
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            sys.exit(f"error: {path}:{lineno}: not valid JSON ({e.msg})")
+        for field in ("problem", "answer"):
+            if not isinstance(row, dict) or not isinstance(row.get(field), str | int | float):
+                sys.exit(f"error: {path}:{lineno}: missing or non-scalar field '{field}'")
+        rows.append({"problem": str(row["problem"]), "answer": str(row["answer"])})
+    if not rows:
+        sys.exit(f"error: {path}: no problems")
+    return rows
+
+
+def load_base(cfg: Config, tokenizer, exclude: set[Problem]):
+    """The SFT base policy, cached under runs/cache/ by the settings that shape it."""
+    key = f"base-h{cfg.hidden}-l{cfg.layers}-s{cfg.sft_steps}-b{cfg.sft_batch}-lr{cfg.sft_lr}-seed{cfg.seed}-n{cfg.n_test}"
+    path = Path("runs/cache") / key / "model.pt"
+    torch.manual_seed(cfg.seed)
+    model = tiny_model(tokenizer, cfg.hidden, cfg.layers).to(cfg.device)
+    if path.exists():
+        model.load_state_dict(torch.load(path, map_location=cfg.device, weights_only=True))
+        return model
+    sft(cfg, model, tokenizer, exclude)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)
+    return model
+
+
+def main(argv: list[str] | None = None) -> dict:
+    cfg = parse_config(argv)
+    print(json.dumps(asdict(cfg), indent=None))
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    out, start = Path(cfg.out), time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.model:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(cfg.model, padding_side="left")
+        tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+        base = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch.float32).to(cfg.device)
+    if cfg.task == "math":
+        problems = load_jsonl(cfg.data)
+        splits = {"train": problems, "test": problems}
+    else:
+        splits = make_splits(cfg)
+    if not cfg.model:
+        tokenizer = char_tokenizer()
+        base = load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"]))
+    base.requires_grad_(False)
+    results = {"config": asdict(cfg), "methods": {"base": evaluate(cfg, base, tokenizer, splits["test"], "base")}}
+    for method in cfg.method_list:
+        (out / method).mkdir(exist_ok=True)
+        torch.manual_seed(cfg.seed)
+        model = copy.deepcopy(base).requires_grad_(True)
+        train_rl(cfg, method, model, base, tokenizer, splits["train"], out / method)
+        results["methods"][method] = evaluate(cfg, model, tokenizer, splits["test"], method)
+    results["wall_time_s"] = round(time.time() - start, 1)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    print(print_table(results))
+    plot(results, out / "pass_at_k.png")
+    print(f"wrote {out / 'results.json'} and {out / 'pass_at_k.png'} in {results['wall_time_s']} s")
+    return results
+
+
+if __name__ == "__main__":
+    main()
