@@ -1,0 +1,425 @@
+"""Pass@k evaluation on math benchmarks: sample n responses per problem, grade them, report Pass@k curves.
+
+    python -m reco_scaled.evaluate --model runs/reco/final --benchmarks math500,aime24,amc23,minerva,olympiadbench \\
+        --n 256 --temperature 0.6 --top-p 0.95 --engine vllm --out runs/eval/reco
+    python -m reco_scaled.evaluate --compare base=runs/eval/base/counts.jsonl grpo=runs/eval/grpo/counts.jsonl \\
+        reco=runs/eval/reco/counts.jsonl --out runs/eval/compare
+
+Per problem it writes one line {benchmark, id, n, c, distinct_correct} to ``<out>/counts.jsonl`` as soon as
+the problem is graded, so Pass@k for any k <= n can be recomputed later (``--from-counts``, ``summarize``)
+and an interrupted run resumes where it stopped: problems already in counts.jsonl are not sampled again.
+Grading runs in a process pool (``reco_mini.grade_answer``, which bounds its own time per comparison)
+while the engine samples the next problems. The Pass@k estimator is ``reco_mini.pass_at_k``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from reco_mini import grade_answer, pass_at_k
+from reco_scaled.data import BENCHMARKS, TEMPLATES, DataError, build_prompt, load_benchmark, load_problems
+from reco_scaled.rollout.base import Rollout, RolloutEngine
+
+# (problem texts, n, seed) -> n response texts per problem
+Sampler = Callable[[list[str], int, int], list[list[str]]]
+COUNT_FIELDS = ("benchmark", "id", "n", "c", "distinct_correct")
+# Settings that change what is sampled: a resumed run must match them.
+SAMPLING_KEYS = ("model", "n", "temperature", "top_p", "max_new_tokens", "template", "seed")
+
+
+@dataclass
+class EvalConfig:
+    model: str | None = None  # HF model name or local path; omit to only report existing counts
+    benchmarks: str = ""  # comma-separated registry names: math500,aime24,amc23,minerva,olympiadbench
+    files: list[str] = field(default_factory=list)  # extra benchmarks as name=path.jsonl|parquet
+    data_dir: str = "data"
+    n: int = 256
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 3072
+    template: str = "qwen-boxed"
+    engine: str = "hf"
+    out: str | None = None  # default runs/eval/<model dir name>
+    seed: int = 0
+    limit: int = 0  # first N problems of each benchmark (0 = all)
+    prompts_per_call: int = 8  # problems per engine.generate call (n samples each)
+    hf_batch_size: int = 64  # sequences per transformers generate call
+    workers: int = 4  # grading processes (0 = grade in this process)
+    ks: str = ""  # comma-separated k for the tables; default 1, 2, 4, ..., n
+    from_counts: list[str] = field(default_factory=list)  # [name=]counts.jsonl to report
+    compare: list[str] = field(default_factory=list)  # name=counts.jsonl runs to overlay on the plot
+    max_model_len: int = 0  # vLLM: prompt + response tokens (0 = max_new_tokens + 1024)
+    gpu_memory_utilization: float = 0.85  # vLLM
+    tensor_parallel_size: int = 1  # vLLM
+
+
+# -- grading and counts -----------------------------------------------------------------------------
+
+def grade_group(responses: list[str], gold: str) -> tuple[int, int]:
+    """(correct responses, distinct correct responses) for one problem; each distinct text is graded once."""
+    verdict = {text: grade_answer(text, gold) for text in set(responses)}
+    return sum(verdict[t] for t in responses), len({t.strip() for t, ok in verdict.items() if ok})
+
+
+def read_counts(path: str | Path) -> list[dict]:
+    """The rows of a counts.jsonl; a truncated last line (an interrupted write) is ignored."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such counts file")
+    rows = []
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if lineno == len(lines):  # no newline after it: the write was cut short
+                continue
+            raise DataError(f"{path}:{lineno}: not valid JSON") from None
+        missing = [k for k in COUNT_FIELDS if k not in row]
+        if missing:
+            raise DataError(f"{path}:{lineno}: missing field '{missing[0]}'")
+        if not 0 <= row["c"] <= row["n"] or row["n"] < 1:
+            raise DataError(f"{path}:{lineno}: need 0 <= c <= n and n >= 1, got n={row['n']} c={row['c']}")
+        rows.append(row)
+    return rows
+
+
+def default_ks(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself."""
+    return sorted({2**i for i in range(n.bit_length()) if 2**i <= n} | {n})
+
+
+def _stats(rows: list[dict], ks: list[int]) -> dict:
+    m = len(rows)
+    return {
+        "n_problems": m,
+        "n": min(r["n"] for r in rows),
+        "pass_at_k": {str(k): sum(pass_at_k(r["n"], r["c"], k) for r in rows) / m for k in ks},
+        "mean_accuracy": sum(r["c"] / r["n"] for r in rows) / m,
+        "distinct_correct": sum(r["distinct_correct"] for r in rows) / m,
+        "solved_any": sum(r["c"] > 0 for r in rows) / m,
+    }
+
+
+def summarize(rows: Iterable[dict], ks: list[int] | None = None) -> dict[str, dict]:
+    """Pass@k (unbiased, averaged over problems) and the other §3.5 statistics per benchmark, plus their
+    unweighted average over benchmarks under "average". `ks` defaults to 1, 2, 4, ..., n; every k must be
+    <= the smallest n. A problem listed twice counts once (its last row)."""
+    by_bench: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        by_bench.setdefault(r["benchmark"], {})[str(r["id"])] = r
+    if not by_bench:
+        raise DataError("no counts to summarize")
+    n_min = min(r["n"] for probs in by_bench.values() for r in probs.values())
+    ks = ks or default_ks(n_min)
+    if max(ks) > n_min or min(ks) < 1:
+        raise DataError(f"k must be in 1..{n_min} (the smallest n in these counts), got {ks}")
+    out = {b: _stats(list(probs.values()), ks) for b, probs in by_bench.items()}
+    if len(out) > 1:
+        benches = list(out.values())
+        avg = lambda key: sum(s[key] for s in benches) / len(benches)
+        out["average"] = {
+            "n_problems": sum(s["n_problems"] for s in benches),
+            "n": n_min,
+            "pass_at_k": {str(k): sum(s["pass_at_k"][str(k)] for s in benches) / len(benches) for k in ks},
+            **{key: avg(key) for key in ("mean_accuracy", "distinct_correct", "solved_any")},
+        }
+    return out
+
+
+def format_table(summary: dict[str, dict], title: str = "") -> str:
+    """Rows k (and the extra statistics), columns benchmarks (and the average)."""
+    cols = list(summary)
+    width = max(10, *(len(c) + 2 for c in cols))
+    head = f"{'pass@k':<10}" + "".join(f"{c:>{width}}" for c in cols)
+    lines = [title, head] if title else [head]
+    for k in next(iter(summary.values()))["pass_at_k"]:
+        lines.append(f"{k:<10}" + "".join(f"{summary[c]['pass_at_k'][k]:>{width}.4f}" for c in cols))
+    for key, label in (("mean_accuracy", "mean acc"), ("distinct_correct", "distinct"), ("solved_any", "solved")):
+        lines.append(f"{label:<10}" + "".join(f"{summary[c][key]:>{width}.4f}" for c in cols))
+    lines.append(f"{'problems':<10}" + "".join(f"{summary[c]['n_problems']:>{width}d}" for c in cols))
+    return "\n".join(lines)
+
+
+# -- sampling ---------------------------------------------------------------------------------------
+
+class GenerateEngine(RolloutEngine):
+    """transformers ``generate`` with temperature and nucleus (top-p) sampling, for evaluation on CPU or one GPU.
+
+    The model's own generation_config (top_k, repetition_penalty, ...) is ignored: Pass@k is measured at
+    exactly the requested temperature and top-p. Sampler log-probs are not computed (evaluation needs only
+    the tokens), so ``Rollout.sampler_logprobs`` holds empty lists.
+    """
+
+    def __init__(self, model_path: str, batch_size: int = 64) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto").to(device).eval()
+        gen = self.model.generation_config
+        eos = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
+        self.eos_ids = [e for e in eos if e is not None] or [self.model.config.eos_token_id]
+        pad = gen.pad_token_id if gen.pad_token_id is not None else self.model.config.pad_token_id
+        self.pad_id = pad if pad is not None else self.eos_ids[0]
+        self.batch_size = batch_size
+
+    def generate(self, prompt_ids: list[list[int]], n: int, *, temperature: float = 1.0, top_p: float = 1.0,
+                 max_new_tokens: int = 64, seed: int | None = None) -> Rollout:
+        import torch
+        from transformers import GenerationConfig
+
+        sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else {}
+        config = GenerationConfig(**sampling, max_new_tokens=max_new_tokens, eos_token_id=self.eos_ids,
+                                  pad_token_id=self.pad_id, repetition_penalty=1.0)
+        if seed is not None:
+            torch.manual_seed(seed)
+        prompts = [p for p in prompt_ids for _ in range(n)]  # prompt-major
+        responses: list[list[int]] = []
+        device = self.model.device
+        for i in range(0, len(prompts), self.batch_size):
+            batch = prompts[i:i + self.batch_size]
+            width = max(map(len, batch))
+            ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in batch], device=device)  # left-padded
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
+            with torch.no_grad():
+                out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            for row in out[:, width:].tolist():
+                end = next((j + 1 for j, t in enumerate(row) if t in self.eos_ids), len(row))  # keep the EOS
+                responses.append(row[:end])
+        return Rollout(prompt_ids=prompts, response_ids=responses, sampler_logprobs=[[] for _ in responses])
+
+    def sync_weights(self, model) -> None:
+        self.model.load_state_dict(model.state_dict())
+
+
+class EngineSampler:
+    """Adapts a RolloutEngine and its tokenizer to the text-level Sampler the evaluation loop uses."""
+
+    def __init__(self, engine: RolloutEngine, tokenizer, cfg: EvalConfig) -> None:
+        self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
+
+    def __call__(self, problems: list[str], n: int, seed: int) -> list[list[str]]:
+        cfg = self.cfg
+        # A chat template writes its own special tokens (BOS included); the others get the tokenizer's.
+        special = cfg.template != "chat"
+        prompts = [self.tokenizer(build_prompt(self.tokenizer, p, cfg.template), add_special_tokens=special)["input_ids"]
+                   for p in problems]
+        rollout = self.engine.generate(prompts, n, temperature=cfg.temperature, top_p=cfg.top_p,
+                                       max_new_tokens=cfg.max_new_tokens, seed=seed)
+        texts = self.tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
+        return [texts[i * n:(i + 1) * n] for i in range(len(problems))]
+
+
+def make_sampler(cfg: EvalConfig) -> EngineSampler:
+    """Load the tokenizer and the engine named by ``cfg.engine`` for ``cfg.model``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+    if cfg.engine == "vllm":
+        from reco_scaled.rollout.vllm_engine import VLLMEngine
+
+        engine: RolloutEngine = VLLMEngine(
+            cfg.model, max_model_len=cfg.max_model_len or cfg.max_new_tokens + 1024,
+            gpu_memory_utilization=cfg.gpu_memory_utilization, tensor_parallel_size=cfg.tensor_parallel_size,
+            enable_sleep_mode=False, seed=cfg.seed)
+    else:
+        engine = GenerateEngine(cfg.model, batch_size=cfg.hf_batch_size)
+    return EngineSampler(engine, tokenizer, cfg)
+
+
+# -- the evaluation loop ----------------------------------------------------------------------------
+
+class _InlineExecutor(Executor):
+    """Runs each task at submit time (``--workers 0``)."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future: Future = Future()
+        future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def _grading_pool(workers: int) -> Executor:
+    if workers <= 0:
+        return _InlineExecutor()
+    # forkserver: workers start from a clean process (never a fork of one holding CUDA or vLLM state),
+    # and reco_mini (torch, sympy) is imported once in the server instead of once per worker.
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["reco_mini"])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+
+def _chunks(todo: list[tuple[int, dict]], size: int) -> Iterable[list[tuple[int, dict]]]:
+    """Runs of at most `size` problems with consecutive positions, so that seeds depend only on position."""
+    chunk: list[tuple[int, dict]] = []
+    for pos, problem in todo:
+        if chunk and (len(chunk) == size or pos != chunk[-1][0] + 1):
+            yield chunk
+            chunk = []
+        chunk.append((pos, problem))
+    if chunk:
+        yield chunk
+
+
+def run_eval(sampler: Sampler, benchmarks: dict[str, list[dict]], counts_path: str | Path, *, n: int, seed: int = 0,
+             prompts_per_call: int = 8, workers: int = 4) -> list[dict]:
+    """Sample and grade every problem not yet in `counts_path`, appending one row per problem as it is
+    graded; returns all rows of the file. Problem i of a benchmark is sampled with seed ``seed + i*n``
+    (engines with per-request seeds, like vLLM's, then draw the same samples whether or not a run resumed)."""
+    counts_path = Path(counts_path)
+    counts_path.parent.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if counts_path.exists():
+        _repair_tail(counts_path)
+        done = {(r["benchmark"], str(r["id"])) for r in read_counts(counts_path)}
+    pending: dict[Future, tuple[str, str]] = {}
+
+    def write_finished(out, block: bool) -> None:
+        for future in [f for f in pending if block or f.done()]:
+            bench, pid = pending.pop(future)
+            c, distinct = future.result()
+            out.write(json.dumps({"benchmark": bench, "id": pid, "n": n, "c": c, "distinct_correct": distinct}) + "\n")
+            out.flush()
+
+    with _grading_pool(workers) as pool, counts_path.open("a", encoding="utf-8") as out:
+        try:
+            for bench, problems in benchmarks.items():
+                todo = [(pos, p) for pos, p in enumerate(problems) if (bench, p["id"]) not in done]
+                with tqdm(total=len(problems), initial=len(problems) - len(todo), desc=f"sample {bench}",
+                          unit="problem") as bar:
+                    for chunk in _chunks(todo, prompts_per_call):
+                        responses = sampler([p["problem"] for _, p in chunk], n, seed + chunk[0][0] * n)
+                        for (_, p), texts in zip(chunk, responses, strict=True):
+                            if len(texts) != n:
+                                raise RuntimeError(f"sampler gave {len(texts)} responses for {bench}/{p['id']}, expected {n}")
+                            pending[pool.submit(grade_group, texts, p["answer"])] = (bench, p["id"])
+                        write_finished(out, block=False)
+                        bar.update(len(chunk))
+        finally:  # keep every problem already sampled, even when sampling fails or is interrupted
+            write_finished(out, block=True)
+    return read_counts(counts_path)
+
+
+def _repair_tail(path: Path) -> None:
+    """End the file with a newline: complete a last line that lacks one, or cut it if a write was cut short."""
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    try:
+        json.loads(data[cut:])
+        path.write_bytes(data + b"\n")
+    except json.JSONDecodeError:
+        path.write_bytes(data[:cut])
+
+
+# -- CLI --------------------------------------------------------------------------------------------
+
+def _named_paths(specs: list[str]) -> dict[str, Path]:
+    """``name=path`` (or a bare path, named after its directory) -> {name: path}."""
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            name, path = Path(spec).parent.name or Path(spec).stem, spec
+        out[name] = Path(path)
+    return out
+
+
+def load_benchmarks(cfg: EvalConfig) -> dict[str, list[dict]]:
+    benches = {name: load_benchmark(name, cfg.data_dir) for name in cfg.benchmarks.split(",") if name}
+    benches |= {name: load_problems(path) for name, path in _named_paths(cfg.files).items()}
+    return {name: probs[:cfg.limit] if cfg.limit else probs for name, probs in benches.items()}
+
+
+def _check_resume(out: Path, cfg: EvalConfig) -> None:
+    """Refuse to mix samples drawn under different settings into one counts file."""
+    meta_path = out / "eval_config.json"
+    meta = {k: getattr(cfg, k) for k in SAMPLING_KEYS}
+    if meta_path.exists() and (out / "counts.jsonl").exists():
+        old = json.loads(meta_path.read_text())
+        diff = {k: (old.get(k), v) for k, v in meta.items() if old.get(k) != v}
+        if diff:
+            raise DataError(f"{out}: resuming with different settings {diff} (old, new); use another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def parse_config(argv: list[str] | None = None) -> EvalConfig:
+    d = EvalConfig()
+    p = argparse.ArgumentParser(prog="python -m reco_scaled.evaluate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", help="HF model name or local directory (from_pretrained)")
+    p.add_argument("--benchmarks", default=d.benchmarks, help=f"comma-separated: {','.join(BENCHMARKS)}")
+    p.add_argument("--files", nargs="+", default=[], metavar="NAME=PATH", help="extra JSONL/parquet problem files")
+    p.add_argument("--data-dir", default=d.data_dir, help="where <benchmark>.jsonl files live")
+    p.add_argument("--n", type=int, default=d.n, help="samples per problem")
+    p.add_argument("--temperature", type=float, default=d.temperature)
+    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--template", choices=TEMPLATES, default=d.template)
+    p.add_argument("--engine", choices=("hf", "vllm"), default=d.engine)
+    p.add_argument("--out", help="output directory (default runs/eval/<model name>)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--limit", type=int, default=d.limit, help="only the first N problems of each benchmark")
+    p.add_argument("--prompts-per-call", type=int, default=d.prompts_per_call)
+    p.add_argument("--hf-batch-size", type=int, default=d.hf_batch_size)
+    p.add_argument("--workers", type=int, default=d.workers, help="grading processes (0: in process)")
+    p.add_argument("--ks", default=d.ks, help="comma-separated k (default 1,2,4,...,n)")
+    p.add_argument("--from-counts", nargs="+", default=[], metavar="[NAME=]PATH", help="report these counts files")
+    p.add_argument("--compare", nargs="+", default=[], metavar="NAME=PATH", help="overlay these runs on the plot")
+    p.add_argument("--max-model-len", type=int, default=d.max_model_len)
+    p.add_argument("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization)
+    p.add_argument("--tensor-parallel-size", type=int, default=d.tensor_parallel_size)
+    cfg = EvalConfig(**vars(p.parse_args(argv)))
+    if not cfg.model and not (cfg.from_counts or cfg.compare):
+        p.error("give --model to evaluate, or --from-counts/--compare to report existing counts")
+    if cfg.model and not (cfg.benchmarks or cfg.files):
+        p.error("give --benchmarks and/or --files")
+    if cfg.n < 1 or cfg.top_p <= 0 or cfg.top_p > 1 or cfg.temperature < 0:
+        p.error("need --n >= 1, 0 < --top-p <= 1 and --temperature >= 0")
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict]:
+    """Evaluate (with --model) and/or report; returns {run name: summary}."""
+    cfg = parse_config(argv)
+    print("EvalConfig:", json.dumps(asdict(cfg), indent=1))
+    ks = [int(k) for k in cfg.ks.split(",")] if cfg.ks else None
+    runs = _named_paths(cfg.from_counts) | _named_paths(cfg.compare)
+    try:
+        if cfg.model:
+            name = Path(cfg.model.rstrip("/")).name
+            out = Path(cfg.out or f"runs/eval/{name}")
+            benchmarks = load_benchmarks(cfg)
+            _check_resume(out, cfg)
+            run_eval(make_sampler(cfg), benchmarks, out / "counts.jsonl", n=cfg.n, seed=cfg.seed,
+                     prompts_per_call=cfg.prompts_per_call, workers=cfg.workers)
+            runs = {name: out / "counts.jsonl"} | runs
+        else:
+            out = Path(cfg.out) if cfg.out else next(iter(runs.values())).parent
+        summaries = {run: summarize(read_counts(path), ks) for run, path in runs.items()}
+    except DataError as e:
+        sys.exit(f"error: {e}")
+    for run, summary in summaries.items():
+        print("\n" + format_table(summary, f"== {run} ({runs[run]})"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
+    from reco_scaled.plots import plot_pass_at_k
+
+    plot = plot_pass_at_k(summaries, out / "pass_at_k.png", title="Pass@k: " + " vs ".join(summaries))
+    print(f"\nwrote {out / 'summary.json'} and {plot}")
+    return summaries
+
+
+if __name__ == "__main__":
+    main()
