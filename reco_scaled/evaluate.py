@@ -161,7 +161,7 @@ class GenerateEngine(RolloutEngine):
     the tokens), so ``Rollout.sampler_logprobs`` holds empty lists.
     """
 
-    def __init__(self, model_path: str, batch_size: int = 64) -> None:
+    def __init__(self, model_path: str, batch_size: int = 64, stop_token_ids: list[int] | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -169,7 +169,8 @@ class GenerateEngine(RolloutEngine):
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto").to(device).eval()
         gen = self.model.generation_config
         eos = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
-        self.eos_ids = [e for e in eos if e is not None] or [self.model.config.eos_token_id]
+        eos = [e for e in eos if e is not None] or [self.model.config.eos_token_id]
+        self.eos_ids = list(dict.fromkeys([*eos, *(stop_token_ids or [])]))  # any of them ends a response
         pad = gen.pad_token_id if gen.pad_token_id is not None else self.model.config.pad_token_id
         self.pad_id = pad if pad is not None else self.eos_ids[0]
         self.batch_size = batch_size
@@ -221,20 +222,31 @@ class EngineSampler:
         return [texts[i * n:(i + 1) * n] for i in range(len(problems))]
 
 
+def stop_token_ids(tokenizer, template: str) -> list[int]:
+    """Tokens that end a response besides the model's EOS: the tokenizer's EOS and, for the qwen-boxed
+    template, ``<|im_end|>`` (a Qwen base model's EOS is ``<|endoftext|>``, but it closes the chat turn
+    with ``<|im_end|>`` and may then keep writing, and a later ``\\boxed{}`` would be graded)."""
+    stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    if template == "qwen-boxed" and "<|im_end|>" in tokenizer.get_vocab():
+        stop.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    return stop
+
+
 def make_sampler(cfg: EvalConfig) -> EngineSampler:
     """Load the tokenizer and the engine named by ``cfg.engine`` for ``cfg.model``."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+    stop = stop_token_ids(tokenizer, cfg.template)
     if cfg.engine == "vllm":
         from reco_scaled.rollout.vllm_engine import VLLMEngine
 
         engine: RolloutEngine = VLLMEngine(
             cfg.model, max_model_len=cfg.max_model_len or cfg.max_new_tokens + 1024,
             gpu_memory_utilization=cfg.gpu_memory_utilization, tensor_parallel_size=cfg.tensor_parallel_size,
-            enable_sleep_mode=False, seed=cfg.seed)
+            enable_sleep_mode=False, seed=cfg.seed, stop_token_ids=stop)
     else:
-        engine = GenerateEngine(cfg.model, batch_size=cfg.hf_batch_size)
+        engine = GenerateEngine(cfg.model, batch_size=cfg.hf_batch_size, stop_token_ids=stop)
     return EngineSampler(engine, tokenizer, cfg)
 
 

@@ -18,13 +18,17 @@ def plot_pass_at_k(runs: dict[str, dict], path: str | Path, title: str = "Pass@k
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
     for ax, bench in zip(axes.flat, panels):
+        ks: set[int] = set()
         for name, summary in runs.items():
             if bench in summary:
                 curve = summary[bench]["pass_at_k"]
+                ks |= {int(k) for k in curve}
                 ax.plot([int(k) for k in curve], list(curve.values()), marker="o", ms=3, label=name)
         n_problems = next(s[bench]["n_problems"] for s in runs.values() if bench in s)
         ax.set_title(f"{bench} ({n_problems} problems)" if bench != "average" else "average over benchmarks")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(ks), [str(k) for k in sorted(ks)])
+        ax.minorticks_off()
         ax.set(xlabel="k (samples)", ylabel="Pass@k", ylim=(0, 1.02))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

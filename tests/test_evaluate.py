@@ -20,6 +20,7 @@ from reco_scaled.evaluate import (
     parse_config,
     read_counts,
     run_eval,
+    stop_token_ids,
     summarize,
 )
 
@@ -178,6 +179,19 @@ def test_generate_engine_top_p_and_greedy(tiny_model_dir):
     a = engine.generate(prompts, 3, temperature=1.0, max_new_tokens=6, seed=7)
     b = engine.generate(prompts, 3, temperature=1.0, max_new_tokens=6, seed=7)
     assert a.response_ids == b.response_ids and all(len(r) <= 6 for r in a.response_ids)
+    # a stop token ends the response, and is kept as its last token
+    first = greedy.response_ids[0][0]
+    stopped = GenerateEngine(str(tiny_model_dir), stop_token_ids=[first]).generate(prompts[:1], 2, temperature=0.0)
+    assert stopped.response_ids == [[first], [first]]
+
+
+def test_stop_tokens_include_im_end_for_the_qwen_template():
+    tok = reco_mini.char_tokenizer()
+    assert stop_token_ids(tok, "qwen-boxed") == [tok.eos_token_id]
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_end|>"]})
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert stop_token_ids(tok, "qwen-boxed") == [tok.eos_token_id, im_end]
+    assert stop_token_ids(tok, "plain") == [tok.eos_token_id]
 
 
 def test_end_to_end_on_a_tiny_model_with_resume_and_compare(tiny_model_dir, tmp_path):
