@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
 
-import reco_mini
+import reco_grader
 from reco_mini import grade_answer
 
 B = "\\boxed{{{}}}".format  # B("5") == "\\boxed{5}"
@@ -357,14 +357,14 @@ def _stuck(response: str, gold: str, out: list[bool]) -> None:
 
 
 def _grade_timed(pair: tuple[str, str], stub: bool = False) -> tuple[bool, float]:
-    original = reco_mini._equivalent
+    original = reco_grader._equivalent
     if stub:
-        reco_mini._equivalent = _stuck
+        reco_grader._equivalent = _stuck
     try:
         start = time.perf_counter()
         return grade_answer(*pair), time.perf_counter() - start
     finally:
-        reco_mini._equivalent = original
+        reco_grader._equivalent = original
 
 
 def _grade_stuck(pair: tuple[str, str]) -> tuple[bool, float]:
@@ -380,7 +380,7 @@ def test_thread_pool(monkeypatch) -> None:
         results = list(pool.map(_grade_timed, POOL_PAIRS))
     assert [r for r, _ in results] == POOL_EXPECTED
     assert max(t for _, t in results) < 1.5
-    monkeypatch.setattr(reco_mini, "_equivalent", _stuck)
+    monkeypatch.setattr(reco_grader, "_equivalent", _stuck)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=4) as pool:
         stuck = list(pool.map(grade_answer, [B("1")] * 4, ["1"] * 4))
