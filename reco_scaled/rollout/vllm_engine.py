@@ -1,0 +1,347 @@
+"""vLLM rollout engine: one colocated engine per rank, sleep mode between phases, in-place weight push.
+
+vllm is imported lazily (inside the constructor), so this module imports without it.
+
+Design choices, each checked against vLLM 0.32 (CPU build) by tests/test_vllm_engine.py:
+- Sampler log-probs: the engine is built with ``logprobs_mode="processed_logprobs"`` and asks for
+  ``logprobs=0`` (the sampled token only). The returned value is then log softmax(logits / T) of the
+  distribution that was actually sampled from (after temperature, and after top-p masking when
+  top_p < 1), which is what DESIGN §3 calls log pi_old. vLLM's default, "raw_logprobs", would return
+  the log-probs before temperature.
+- Weight sync: ``collective_rpc("reload_weights", kwargs={"weights_iterator": ...})`` streams the
+  trainer's state dict through the model's own ``load_weights`` (which handles fused qkv / gate_up
+  projections, TP sharding and a tied lm_head). It needs the engine core in this process
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which this module sets), because a generator cannot cross a
+  process boundary. Reloading from a saved directory does not update a tied lm_head, so it is not used.
+  The prefix cache is reset after every sync: cached KV blocks were computed with the old weights.
+- Distributed: under torchrun, ``distributed_executor_backend="external_launcher"`` gives every rank its
+  own engine in its own process (vLLM's "external DP"); each rank generates for its own prompts.
+- Sleep mode: used where the platform has it (CUDA/ROCm/XPU). On CPU vLLM refuses
+  ``enable_sleep_mode=True``; the engine then runs without it and ``sleep()``/``wake()`` are no-ops
+  (the reason is logged once).
+
+Side effects on the calling process, which hosts the engine (the trainer should know them):
+- torch.distributed: a single-process engine initialises a default process group of world size 1 (gloo
+  on CPU) if none exists; under torchrun the trainer's group is used, so initialise it before the engine.
+  ``close()`` (and vLLM's exit handler) destroys the default process group.
+- RNG: vLLM seeds random/numpy/torch globally at start-up; the engine restores the caller's states.
+  Unseeded ``generate`` calls draw from the process's torch (CPU) or CUDA generator; pass ``seed`` (e.g.
+  derived from step and rank) for reproducible, rank-distinct samples.
+- CPU only: vLLM binds OpenMP threads and replaces ``torch.set_num_threads`` with a no-op that warns.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import torch
+
+from reco_scaled.rollout.base import Rollout, RolloutEngine
+
+log = logging.getLogger(__name__)
+
+# Prefixes that wrappers add to parameter names: DDP, torch.compile, activation checkpointing.
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
+_WRAPPER_INFIXES = ("._checkpoint_wrapped_module.", "._orig_mod.", "._fsdp_wrapped_module.")
+
+
+class VLLMEngineError(RuntimeError):
+    """vLLM is missing or failed to start; the message suggests the HF engine."""
+
+
+def _hint() -> str:
+    return "Set `rollout: hf` in the config to use the transformers engine instead."
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    while hasattr(model, "module") and isinstance(model.module, torch.nn.Module):  # DDP
+        model = model.module
+    return getattr(model, "_orig_mod", model)  # torch.compile
+
+
+def _clean_name(name: str) -> str:
+    changed = True
+    while changed:
+        changed = False
+        for p in _WRAPPER_PREFIXES:
+            if name.startswith(p):
+                name, changed = name[len(p):], True
+    for infix in _WRAPPER_INFIXES:
+        name = name.replace(infix, ".")
+    return name
+
+
+def iter_full_state_dict(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) pairs of the trainer's weights, one at a time, with wrapper prefixes removed.
+
+    FSDP2 shards are DTensors: ``full_tensor()`` all-gathers one parameter at a time, so every rank must
+    consume this iterator in the same order (all ranks call sync_weights together).
+    """
+    for name, tensor in _unwrap(model).state_dict().items():
+        if hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()
+        yield _clean_name(name), tensor.detach()
+
+
+class VLLMEngine(RolloutEngine):
+    """Rollouts from vLLM, colocated with the trainer (one engine per rank under torchrun).
+
+    Args:
+        model_path: a local HF model directory (config, weights, tokenizer).
+        max_model_len: prompt + response token budget per sequence.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (weights + KV cache); ignored on CPU,
+            where the KV cache size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB; default here 1).
+        tensor_parallel_size: TP degree of one engine (1 under ``distributed``; see below).
+        dtype: "auto", "bfloat16", "float16" or "float32".
+        enable_sleep_mode: release engine memory between rollout phases where the platform supports it.
+        sleep_level: 1 offloads weights to CPU and drops the KV cache; 2 drops both, so sync_weights must
+            run before the next generate (it wakes only the weights; wake() brings back the KV cache).
+            Both orders work after a training phase: sleep, sync_weights, wake; or sleep, wake, sync_weights.
+        seed: engine seed; under ``distributed`` the rank is added so that ranks draw different samples.
+        distributed: one engine per torchrun rank via ``distributed_executor_backend="external_launcher"``.
+            Needs the torchrun env (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); initialises
+            the default process group if the trainer has not yet.
+        enforce_eager: default True on CPU (no torch.compile), False on GPU (CUDA graphs).
+        stop_token_ids: extra token ids that end a response (the tokenizer's EOS and the model's
+            generation_config EOS ids always do).
+        **llm_kwargs: passed through to ``vllm.LLM``.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        max_model_len: int = 2048,
+        gpu_memory_utilization: float = 0.5,
+        tensor_parallel_size: int = 1,
+        dtype: str = "auto",
+        enable_sleep_mode: bool = True,
+        sleep_level: int = 1,
+        seed: int = 0,
+        distributed: bool = False,
+        enforce_eager: bool | None = None,
+        stop_token_ids: list[int] | None = None,
+        **llm_kwargs,
+    ) -> None:
+        # Must be set before vllm starts its engine: weight sync hands a Python generator to the worker.
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        try:
+            from vllm import LLM, SamplingParams
+            from vllm.inputs import TokensPrompt
+            from vllm.platforms import current_platform
+        except Exception as e:  # ImportError, or a broken install raising something else
+            raise VLLMEngineError(
+                f"rollout engine 'vllm': cannot import vllm ({type(e).__name__}: {e}). "
+                f"Install it (GPU: pip install vllm; CPU: bash .ci/setup-vllm.sh), or {_hint()}"
+            ) from e
+        self._SamplingParams = SamplingParams
+        self._TokensPrompt = TokensPrompt
+
+        on_cpu = current_platform.is_cpu()
+        if on_cpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        if enforce_eager is None:
+            enforce_eager = on_cpu
+
+        self.sleep_level = sleep_level
+        self._sleep_reason: str | None = None
+        if enable_sleep_mode and not current_platform.is_sleep_mode_available():
+            self._sleep_reason = f"vLLM has no sleep mode on platform '{current_platform.device_type}'"
+            log.warning("VLLMEngine: %s; sleep()/wake() will be no-ops.", self._sleep_reason)
+            enable_sleep_mode = False
+        elif not enable_sleep_mode:
+            self._sleep_reason = "enable_sleep_mode=False"
+        self.sleep_enabled = enable_sleep_mode
+        self._asleep = False
+        self._weights_awake = True
+        self._weights_valid = True  # False after a level-2 sleep until the next sync_weights
+
+        self.distributed = distributed
+        self.rank = 0
+        if distributed:
+            if tensor_parallel_size != 1:
+                raise VLLMEngineError(
+                    "rollout engine 'vllm': distributed=True supports tensor_parallel_size=1 only "
+                    "(one engine per rank; a TP group would need identical prompts on all its ranks). "
+                    f"Got tensor_parallel_size={tensor_parallel_size}."
+                )
+            missing = [k for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+            if missing:
+                raise VLLMEngineError(
+                    f"rollout engine 'vllm': distributed=True needs the torchrun environment; missing {missing}."
+                )
+            import torch.distributed as dist
+
+            if not dist.is_initialized():
+                dist.init_process_group(backend="gloo" if on_cpu or not torch.cuda.is_available() else "nccl")
+            self.rank = dist.get_rank()
+            seed = seed + self.rank
+            llm_kwargs.setdefault("distributed_executor_backend", "external_launcher")
+        self.seed = seed
+        self.stop_token_ids = list(stop_token_ids or [])
+        self.model_path = str(model_path)
+
+        rng = _get_rng_state()  # vLLM re-seeds random/numpy/torch globally in this process; undo that below
+        try:
+            self.llm = LLM(
+                model=self.model_path,
+                max_model_len=max_model_len,
+                gpu_memory_utilization=gpu_memory_utilization,
+                tensor_parallel_size=tensor_parallel_size,
+                dtype=dtype,
+                enable_sleep_mode=enable_sleep_mode,
+                seed=seed,
+                enforce_eager=enforce_eager,
+                logprobs_mode="processed_logprobs",
+                **llm_kwargs,
+            )
+        except Exception as e:
+            raise VLLMEngineError(
+                f"rollout engine 'vllm' failed to start for model {self.model_path!r} "
+                f"({type(e).__name__}: {e}). {_hint()}"
+            ) from e
+        finally:
+            _set_rng_state(rng)
+        self._in_process = tensor_parallel_size == 1 or distributed
+        log.info(
+            "VLLMEngine ready: model=%s dtype=%s max_model_len=%d tp=%d distributed=%s sleep_mode=%s",
+            self.model_path, dtype, max_model_len, tensor_parallel_size, distributed, self.sleep_enabled,
+        )
+
+    # ----------------------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        n: int,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 64,
+        seed: int | None = None,
+    ) -> Rollout:
+        """n samples per prompt, prompt-major, with the sampled tokens' log-probs after temperature.
+
+        temperature=0 is greedy (then the log-probs are the untempered ones). With a seed, sample g of
+        prompt i uses seed + i*n + g, so a call is reproducible and no two samples share a stream.
+        """
+        if self._asleep:
+            log.info("VLLMEngine.generate called while asleep; waking the engine first.")
+            self.wake()
+        if not self._weights_valid:
+            raise RuntimeError("VLLMEngine: sleep level 2 discarded the weights; call sync_weights(model) before generate")
+        params = []
+        for i in range(len(prompt_ids)):
+            params.append(
+                self._SamplingParams(
+                    n=n,
+                    temperature=temperature,
+                    top_p=top_p,
+                    max_tokens=max_new_tokens,
+                    logprobs=0,
+                    seed=None if seed is None else seed + i * n,
+                    stop_token_ids=self.stop_token_ids or None,
+                    detokenize=False,
+                )
+            )
+        prompts = [self._TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+
+        out_prompts: list[list[int]] = []
+        out_resps: list[list[int]] = []
+        out_lps: list[list[float]] = []
+        for p, req in zip(prompt_ids, outputs, strict=True):
+            comps = sorted(req.outputs, key=lambda c: c.index)
+            if len(comps) != n:
+                raise RuntimeError(f"VLLMEngine: expected {n} samples per prompt, got {len(comps)}")
+            for c in comps:
+                toks = list(c.token_ids)
+                if c.logprobs is None or len(c.logprobs) != len(toks):
+                    raise RuntimeError("VLLMEngine: vLLM returned no (or misaligned) sampled-token log-probs")
+                out_prompts.append(list(p))
+                out_resps.append(toks)
+                out_lps.append([float(pos[t].logprob) for t, pos in zip(toks, c.logprobs, strict=True)])
+        return Rollout(prompt_ids=out_prompts, response_ids=out_resps, sampler_logprobs=out_lps)
+
+    # ----------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Copy the trainer's weights into the engine in place (all ranks call this together)."""
+        if self._asleep and not self._weights_awake:
+            self.llm.wake_up(tags=["weights"])  # re-map weight memory; the KV cache stays released
+            self._weights_awake = True
+        weights: Iterator[tuple[str, torch.Tensor]] | list[tuple[str, torch.Tensor]] = iter_full_state_dict(model)
+        if not self._in_process:  # workers in other processes: the weights must be pickled
+            weights = [(k, v.cpu()) for k, v in weights]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self._weights_valid = True
+        # KV blocks cached for shared prefixes were computed with the old weights.
+        if not self._asleep:
+            self.llm.reset_prefix_cache()
+
+    def sleep(self) -> None:
+        if not self.sleep_enabled:
+            self._log_noop("sleep")
+            return
+        if not self._asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self._asleep, self._weights_awake = True, False
+            if self.sleep_level >= 2:
+                self._weights_valid = False
+
+    def wake(self) -> None:
+        if not self.sleep_enabled:
+            self._log_noop("wake")
+            return
+        if self._asleep:
+            self.llm.wake_up(tags=["kv_cache"] if self._weights_awake else None)
+            self._asleep, self._weights_awake = False, True
+            self.llm.reset_prefix_cache()
+
+    _noop_logged = False
+
+    def _log_noop(self, what: str) -> None:
+        if not self._noop_logged:
+            log.info("VLLMEngine.%s() is a no-op: %s.", what, self._sleep_reason)
+            self._noop_logged = True
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory.
+
+        vLLM's shutdown also tears down torch.distributed (it destroys its own groups and then the default
+        process group). Under torchrun call this last, after the trainer's final collective, and guard the
+        trainer's own ``destroy_process_group()`` with ``dist.is_initialized()``. Without close(), vLLM runs
+        the same shutdown at interpreter exit, and prints a traceback if the trainer destroyed the
+        process group first.
+        """
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception as e:  # best effort: never mask the caller's own error
+            log.warning("VLLMEngine.close: shutdown raised %s: %s", type(e).__name__, e)
+
+
+def _get_rng_state() -> dict:
+    import random
+
+    import numpy as np
+
+    state = {"random": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    import random
+
+    import numpy as np
+
+    random.setstate(state["random"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
