@@ -65,10 +65,10 @@ class Config:
     model: str = ""  # HF name or path (task=math); empty = tiny model built here
     data: str = ""  # JSONL with problem,answer (task=math)
     n_train: int = 1024  # countdown RL training problems
-    n_test: int = 128  # held-out countdown problems
+    n_test: int = 64  # held-out countdown problems (and as many for validation)
     hidden: int = 96  # tiny model width
     layers: int = 3
-    sft_steps: int = 600
+    sft_steps: int = 400
     sft_batch: int = 128
     sft_lr: float = 3e-3
     # RL
@@ -77,7 +77,7 @@ class Config:
     group_size: int = 8  # G
     epochs: int = 2  # passes over each rollout batch
     minibatches: int = 2  # updates per pass
-    lr: float = 1e-3
+    lr: float = 2e-4
     temperature: float = 1.0
     max_new_tokens: int = 0  # 0 = the task default (12 countdown, 1024 math)
     clip_low: float = 0.2
