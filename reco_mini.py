@@ -376,8 +376,8 @@ def char_tokenizer():
                                    unk_token="<unk>", padding_side="left")
 
 
-def tiny_model(tokenizer, hidden: int = 128, layers: int = 4):
-    """A randomly initialised ~1M-parameter Qwen2 causal LM."""
+def tiny_model(tokenizer, hidden: int = 96, layers: int = 3):
+    """A randomly initialised Qwen2 causal LM (~0.45M parameters at the defaults)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=4 * hidden,
@@ -608,7 +608,7 @@ def plot(results: dict, path: Path) -> None:
 # Plumbing: CLI, data files, the cached base policy, main.
 # =============================================================================
 
-QUICK = dict(n_train=64, n_test=16, sft_steps=150, steps=4, prompts_per_step=8, n_eval=32)
+QUICK = dict(n_train=64, n_test=16, sft_steps=150, sft_batch=64, steps=4, prompts_per_step=8, n_eval=32)
 
 
 class OneLineParser(argparse.ArgumentParser):
