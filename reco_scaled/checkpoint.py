@@ -1,0 +1,120 @@
+"""Atomic, exactly resumable checkpoints.
+
+Layout: <out>/checkpoints/step_000004/ holds the model and optimizer (torch.distributed.checkpoint,
+sharded under FSDP2, written once under DDP), rng_rank<r>.pt (every rank's RNG states) and
+trainer.json (step, data position, scheduler, world size, the model's parameter signature and the
+config). A checkpoint is written into step_000004.tmp/ and renamed when every rank has finished, and
+<out>/checkpoints/latest names the newest one, so a crash never leaves a half checkpoint behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from reco_scaled import distributed
+
+
+class CheckpointError(RuntimeError):
+    """The checkpoint is missing, incomplete or does not match this run's model."""
+
+
+def signature(lm: nn.Module) -> dict[str, list[int]]:
+    """Parameter name -> shape of the unwrapped model: what a checkpoint must match."""
+    return {k: list(v.shape) for k, v in lm.state_dict().items()}
+
+
+def latest(root: Path) -> Path | None:
+    pointer = root / "latest"
+    if pointer.exists():
+        path = root / pointer.read_text().strip()
+        if (path / "trainer.json").exists():
+            return path
+    done = sorted(p for p in root.glob("step_*") if not p.name.endswith(".tmp") and (p / "trainer.json").exists())
+    return done[-1] if done else None
+
+
+def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict,
+         d: distributed.Dist, keep: int) -> Path:
+    """Every rank calls this; returns the checkpoint directory."""
+    final, tmp = root / f"step_{step:06d}", root / f"step_{step:06d}.tmp"
+    if d.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    distributed.barrier()
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp)
+    torch.save(_rng_state(), tmp / f"rng_rank{d.rank}.pt")
+    distributed.barrier()
+    if d.main:
+        (tmp / "trainer.json").write_text(json.dumps({**meta, "step": step, "world_size": d.world_size}, indent=1))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        (root / "latest.tmp").write_text(final.name)
+        os.replace(root / "latest.tmp", root / "latest")
+        for old in sorted(p for p in root.glob("step_*") if not p.name.endswith(".tmp"))[:-keep]:
+            shutil.rmtree(old)
+    distributed.barrier()
+    return final
+
+
+def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, expected: dict[str, list[int]],
+         d: distributed.Dist) -> dict:
+    """Restore model, optimizer and this rank's RNG from `path`; returns trainer.json's contents."""
+    try:
+        meta = json.loads((path / "trainer.json").read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is not a complete checkpoint (no trainer.json)") from None
+    if meta["signature"] != expected:
+        raise CheckpointError(f"checkpoint {path} was written for a different model: {_diff(meta['signature'], expected)}. "
+                              "Refusing to start from scratch; point checkpoint.resume at a matching checkpoint, "
+                              "or use a new run name.")
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    try:
+        dcp.load(state, checkpoint_id=path)
+    except Exception as e:  # DCP raises several types for missing or mismatched entries
+        raise CheckpointError(f"checkpoint {path} does not match this run's model or optimizer: {e}") from e
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    rng = path / f"rng_rank{d.rank}.pt"
+    if meta["world_size"] == d.world_size and rng.exists():
+        _set_rng_state(torch.load(rng, weights_only=True))
+    elif d.main:
+        print(f"warning: {path} was written by {meta['world_size']} ranks, this run has {d.world_size}: "
+              "model, optimizer and data position are restored, per-rank RNG states are not")
+    return meta
+
+
+def _diff(saved: dict, expected: dict) -> str:
+    missing, extra = sorted(set(expected) - set(saved)), sorted(set(saved) - set(expected))
+    shapes = [k for k in expected if k in saved and saved[k] != expected[k]]
+    parts = []
+    if shapes:
+        parts.append(f"shape of {shapes[0]} is {saved[shapes[0]]} there, {expected[shapes[0]]} here "
+                     f"({len(shapes)} tensors differ)")
+    if missing:
+        parts.append(f"{len(missing)} parameters missing there (e.g. {missing[0]})")
+    if extra:
+        parts.append(f"{len(extra)} unknown parameters there (e.g. {extra[0]})")
+    return "; ".join(parts)
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"])

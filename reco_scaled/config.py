@@ -1,0 +1,298 @@
+"""Run configuration: one dataclass tree, read from YAML plus `section.key=value` overrides.
+
+Every error names the offending key and is raised as ConfigError, which the entry point turns into
+exit code 2. `batch_plan` checks and describes how a step's rollouts split over ranks, mini-batches
+and micro-batches; rank 0 prints it at start-up.
+"""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from reco_mini import METHODS
+
+
+class ConfigError(ValueError):
+    """A missing, unknown or invalid config key (the message names it)."""
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""  # HF model directory or hub name; "" = reco_mini's tiny countdown model (SFT once, cached)
+    precision: str = "bf16"  # bf16 | fp32; bf16 means autocast on GPU (CPU always runs fp32)
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class CountdownConfig:  # task: countdown; the tiny base model is built when model.path is ""
+    n_train: int = 256
+    n_test: int = 32
+    hidden: int = 64
+    layers: int = 2
+    sft_steps: int = 150
+    sft_batch: int = 64
+    sft_lr: float = 3e-3
+
+
+@dataclass
+class DataConfig:  # task: math
+    train: str = ""  # JSONL or parquet of problems
+    problem_key: str = "problem"
+    answer_key: str = "answer"
+    template: str = "qwen-boxed"  # qwen-boxed | chat | plain
+    max_prompt_tokens: int = 1024  # longer prompts are dropped at load time
+
+
+@dataclass
+class AlgoConfig:  # the reco_mini flags (DESIGN 3.1-3.4)
+    method: str = "reco"
+    occurrence: str = ""  # "" = the method's own; sequence | token-mean | count | none
+    occurrence_apply: str = "all"
+    token_ratio: str = ""  # "" = the method's own; is | variance | variance-old
+    variance_cap: float = 10.0
+    variance_norm: str = "batch"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float = 0.0
+    kl_coef: float = 0.0
+    no_std: bool = False
+    aggregation: str = "token-mean"
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"  # hf | vllm
+    group_size: int = 8  # G
+    temperature: float = 1.0
+    max_new_tokens: int = 12
+    engine_batch_size: int = 256  # hf: rows generated at once
+    # vllm only
+    gpu_memory_utilization: float = 0.5
+    tensor_parallel_size: int = 1
+    max_model_len: int = 4096
+    enable_sleep_mode: bool = True
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 0
+    prompts_per_step: int = 0  # global, over all ranks
+    epochs: int = 1  # passes over each rollout batch
+    minibatches: int = 1  # optimizer steps per pass
+    micro_batch_size: int = 8  # rollouts per rank per forward/backward
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    warmup_steps: int = 0  # linear warmup (RL steps), then constant
+    grad_clip: float = 1.0
+    parallel: str = "ddp"  # ddp | fsdp2
+    fused_kernel: bool = False  # reco_scaled.kernels.token_stats_linear instead of full logits
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 0  # save every N steps; the last step is always saved
+    resume: str = "auto"  # auto (latest under out/checkpoints) | never | <checkpoint dir>
+    keep: int = 2  # newest checkpoints kept
+
+
+@dataclass
+class RunConfig:
+    name: str = ""
+    out: str = ""  # default runs/<name>
+    seed: int = 0
+    task: str = "countdown"  # countdown | math
+    model: ModelConfig = field(default_factory=ModelConfig)
+    countdown: CountdownConfig = field(default_factory=CountdownConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out or f"runs/{self.name}")
+
+    @property
+    def terms(self) -> tuple[str, str]:
+        """(occurrence mode, token ratio) after the method's defaults and the overrides."""
+        occurrence, token_ratio = METHODS[self.algo.method]
+        return self.algo.occurrence or occurrence, self.algo.token_ratio or token_ratio
+
+
+# Keys a config file must set: they define the run and have no sensible default.
+REQUIRED = ("name", "task", "model.path", "algo.method", "rollout.engine", "rollout.group_size",
+            "train.steps", "train.prompts_per_step")
+
+CHOICES = {
+    "task": ("countdown", "math"),
+    "model.precision": ("bf16", "fp32"),
+    "data.template": ("qwen-boxed", "chat", "plain"),
+    "algo.method": tuple(METHODS),
+    "algo.occurrence": ("", "sequence", "token-mean", "count", "none"),
+    "algo.occurrence_apply": ("all", "positive"),
+    "algo.token_ratio": ("", "is", "variance", "variance-old"),
+    "algo.variance_norm": ("batch", "none"),
+    "algo.aggregation": ("token-mean", "seq-mean-token-mean"),
+    "rollout.engine": ("hf", "vllm"),
+    "train.parallel": ("ddp", "fsdp2"),
+}
+POSITIVE = ("rollout.max_new_tokens", "rollout.engine_batch_size", "rollout.temperature", "train.steps",
+            "train.prompts_per_step", "train.epochs", "train.minibatches", "train.micro_batch_size", "train.lr",
+            "algo.clip_low", "algo.clip_high", "algo.variance_cap", "checkpoint.keep", "data.max_prompt_tokens")
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
+    """Read a YAML config, apply `dotted.key=value` overrides, check it; raises ConfigError."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of config keys at the top level")
+    flat = flatten(raw)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        flat[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+    known = _fields(RunConfig)
+    for key in flat:
+        if key not in known:
+            raise ConfigError(f"unknown config key '{key}'" + _suggest(key, known))
+    for key in REQUIRED:
+        if key not in flat:
+            raise ConfigError(f"missing config key '{key}' in {path}")
+    cfg = RunConfig()
+    for key, value in flat.items():
+        *sections, name = key.split(".")
+        target = cfg
+        for s in sections:
+            target = getattr(target, s)
+        setattr(target, name, _coerce(key, value, known[key]))
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: RunConfig) -> None:
+    """Value checks that do not depend on the world size."""
+    for key, choices in CHOICES.items():
+        if (value := get(cfg, key)) not in choices:
+            raise ConfigError(f"config key '{key}' must be one of {list(choices)}, got {value!r}")
+    for key in POSITIVE:
+        if not get(cfg, key) > 0:
+            raise ConfigError(f"config key '{key}' must be > 0, got {get(cfg, key)!r}")
+    if cfg.rollout.group_size < 2:
+        raise ConfigError("config key 'rollout.group_size' must be >= 2 (group-relative advantages)")
+    if not cfg.name:
+        raise ConfigError("config key 'name' must not be empty")
+    if cfg.task == "math" and not (cfg.model.path and cfg.data.train):
+        raise ConfigError("task: math needs config keys 'model.path' and 'data.train'")
+    if cfg.task == "countdown" and cfg.data.train:
+        raise ConfigError("config key 'data.train' is for task: math; countdown problems come from reco_mini")
+
+
+def get(cfg: RunConfig, key: str) -> Any:
+    value: Any = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def batch_plan(cfg: RunConfig, world_size: int) -> dict[str, int]:
+    """How one RL step's rollouts split over ranks, mini-batches and micro-batches.
+
+    Raises ConfigError, naming the key to change, when something does not divide evenly.
+    """
+    t, G = cfg.train, cfg.rollout.group_size
+    if t.prompts_per_step % world_size:
+        raise ConfigError(f"config key 'train.prompts_per_step' ({t.prompts_per_step}) must be divisible by "
+                          f"the world size ({world_size})")
+    per_rank = t.prompts_per_step // world_size * G
+    if per_rank % t.minibatches:
+        raise ConfigError(f"config key 'train.minibatches' ({t.minibatches}) must divide the rollouts per rank "
+                          f"({per_rank} = {t.prompts_per_step}/{world_size} prompts x G={G})")
+    mini_per_rank = per_rank // t.minibatches
+    if mini_per_rank % t.micro_batch_size:
+        raise ConfigError(f"config key 'train.micro_batch_size' ({t.micro_batch_size}) must divide the rollouts "
+                          f"per rank in a mini-batch ({mini_per_rank})")
+    return {"world_size": world_size, "prompts": t.prompts_per_step, "group_size": G,
+            "rollouts": t.prompts_per_step * G, "prompts_per_rank": t.prompts_per_step // world_size,
+            "rollouts_per_rank": per_rank, "minibatch_rollouts": t.prompts_per_step * G // t.minibatches,
+            "minibatch_rollouts_per_rank": mini_per_rank, "micro_batches_per_rank": mini_per_rank // t.micro_batch_size,
+            "optimizer_steps": t.epochs * t.minibatches}
+
+
+def describe(cfg: RunConfig, plan: dict[str, int]) -> str:
+    """The resolved config (YAML) and the batch arithmetic, as rank 0 prints them."""
+    p, t = plan, cfg.train
+    max_prompt = cfg.data.max_prompt_tokens if cfg.task == "math" else "~16"
+    lines = [
+        yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False).rstrip(),
+        "batch arithmetic:",
+        f"  {p['prompts']} prompts/step x G={p['group_size']} = {p['rollouts']} rollouts "
+        f"({p['prompts_per_rank']} prompts = {p['rollouts_per_rank']} rollouts per rank x {p['world_size']} ranks)",
+        f"  {t.epochs} epoch(s) x {t.minibatches} mini-batch(es) of {p['minibatch_rollouts']} rollouts "
+        f"= {p['optimizer_steps']} optimizer step(s) per RL step",
+        f"  per rank and mini-batch: {p['minibatch_rollouts_per_rank']} rollouts = {p['micro_batches_per_rank']} "
+        f"micro-batch(es) of {t.micro_batch_size} (gradient accumulation)",
+        f"  tokens per rollout <= {max_prompt} prompt + {cfg.rollout.max_new_tokens} response",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------- helpers
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}"""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _fields(cls: type, prefix: str = "") -> dict[str, type]:
+    """Dotted key -> type of every leaf field."""
+    out = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out.update(_fields(tp, f"{prefix}{f.name}."))
+        else:
+            out[f"{prefix}{f.name}"] = tp
+    return out
+
+
+def _coerce(key: str, value: Any, tp: type) -> Any:
+    if tp is float and isinstance(value, str):  # YAML 1.1 reads 1e-6 (no dot) as a string
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is str and value is None:
+        return ""
+    ok = isinstance(value, bool) if tp is bool else isinstance(value, tp) and not isinstance(value, bool)
+    if not ok:
+        raise ConfigError(f"config key '{key}' must be a {tp.__name__}, got {value!r}")
+    return value
+
+
+def _suggest(key: str, known: dict) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""

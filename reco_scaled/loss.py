@@ -1,0 +1,118 @@
+"""Batching, per-token statistics and loss aggregation around reco_mini's math.
+
+`collate` pads a Rollout into tensors and `take` cuts a micro-batch out of them.
+
+`token_stats` dispatches between the naive path (full logits, then reco_mini.token_logprobs and
+reco_mini.variance_stat) and the fused kernel (reco_scaled.kernels.token_stats_linear, which never
+holds [T, V] logits). `micro_loss` calls reco_mini.policy_loss with the mini-batch normaliser that
+the trainer fixed, and all-reduced, before its micro-batch loop. `StatSums` turns per-micro-batch
+statistics into exact global means and maxima.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from reco_mini import policy_loss, token_logprobs, variance_stat
+from reco_scaled import distributed
+from reco_scaled.config import RunConfig
+from reco_scaled.rollout.base import Rollout
+
+
+def token_entropy(logits: Tensor, temperature: float) -> Tensor:
+    """Entropy of softmax(logits / tau) per position (a diagnostic only). [..., V] -> [...]"""
+    logp = F.log_softmax(logits.detach().float() / temperature, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def token_stats(hidden: Tensor, head_weight: Tensor, targets: Tensor, mask: Tensor, temperature: float,
+                fused: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(log pi(y_t), V_t, H_t), each fp32 [B, T], from the hidden states that predict `targets`.
+
+    hidden: [B, T, d]; head_weight: the LM head [V, d]; targets, mask: [B, T]. Gradients flow
+    through log pi only; V and H are detached. Masked positions hold 0 on the fused path.
+    """
+    if not fused:
+        logits = F.linear(hidden, head_weight)  # [B, T, V]
+        return (token_logprobs(logits, targets, temperature), variance_stat(logits.detach(), temperature),
+                token_entropy(logits, temperature))
+    from reco_scaled.kernels import token_stats_linear  # lazy: only with train.fused_kernel
+
+    sel = mask.bool()
+    h = hidden[sel]  # [N, d]: only real response tokens
+    with torch.autocast(hidden.device.type, enabled=False):
+        logp, v, ent = token_stats_linear(h, head_weight.to(h.dtype), targets[sel], temperature)
+    out = [torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device) for _ in range(3)]
+    out[0] = out[0].masked_scatter(sel, logp)
+    out[1][sel], out[2][sel] = v, ent.detach()
+    return out[0], out[1], out[2]
+
+
+def micro_loss(cfg: RunConfig, logp: Tensor, v: Tensor, batch: dict[str, Tensor], num_tokens: Tensor,
+               num_seqs: Tensor) -> tuple[Tensor, dict[str, float]]:
+    """reco_mini.policy_loss on one micro-batch, normalised by the whole (global) mini-batch."""
+    a = cfg.algo
+    return policy_loss(
+        logp, batch["old_logp"], batch["advantages"], batch["mask"], token_ratio=cfg.terms[1],
+        weights=batch["weights"], v=v, v_old=batch["v_old"], v_old_mean=batch["v_old_mean"],
+        clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip, variance_cap=a.variance_cap,
+        ref_logp=batch.get("ref_logp"), kl_coef=a.kl_coef, aggregation=a.aggregation,
+        num_tokens=num_tokens, num_seqs=num_seqs)
+
+
+class StatSums:
+    """Accumulates per-micro-batch statistics as token-weighted sums; `reduce` gives global values.
+
+    reco_mini.policy_loss reports means over the micro-batch's tokens and maxima; weighting each
+    mean by the micro-batch's token count makes the reduced value the mean over all tokens of all
+    ranks, whatever the micro-batching. Keys ending in "_max" are reduced by max.
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.maxes: dict[str, float] = {}
+        self.tokens = 0.0
+
+    def add(self, stats: dict[str, float], tokens: float) -> None:
+        self.tokens += tokens
+        for k, v in stats.items():
+            if k.endswith("_max"):
+                self.maxes[k] = max(self.maxes.get(k, -float("inf")), v)
+            else:
+                self.sums[k] = self.sums.get(k, 0.0) + v * tokens
+
+    def reduce(self, device: torch.device) -> dict[str, float]:
+        keys, mkeys = sorted(self.sums), sorted(self.maxes)
+        sums = distributed.all_sum(torch.tensor([self.tokens] + [self.sums[k] for k in keys], dtype=torch.float64,
+                                                device=device))
+        maxes = distributed.all_max(torch.tensor([self.maxes[k] for k in mkeys], dtype=torch.float64, device=device))
+        n = max(sums[0].item(), 1.0)
+        return {**{k: s.item() / n for k, s in zip(keys, sums[1:])}, **{k: m.item() for k, m in zip(mkeys, maxes)}}
+
+
+def collate(ro: Rollout, pad_id: int, device: torch.device) -> tuple[dict[str, Tensor], Tensor]:
+    """Rollout lists -> left-padded prompts [B, L], right-padded responses [B, T] and masks; and the
+    sampler's log-probs [B, T] (a diagnostic)."""
+    B, L, T = len(ro.prompt_ids), max(map(len, ro.prompt_ids)), max(map(len, ro.response_ids))
+    prompt_ids, prompt_mask = torch.full((B, L), pad_id), torch.zeros(B, L, dtype=torch.long)
+    resp, mask, sampler_logp = torch.full((B, T), pad_id), torch.zeros(B, T), torch.zeros(B, T)
+    for b, (p, r, lp) in enumerate(zip(ro.prompt_ids, ro.response_ids, ro.sampler_logprobs)):
+        prompt_ids[b, L - len(p):], prompt_mask[b, L - len(p):] = torch.tensor(p), 1
+        resp[b, :len(r)], mask[b, :len(r)], sampler_logp[b, :len(r)] = torch.tensor(r), 1, torch.tensor(lp)
+    batch = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "resp": resp, "mask": mask}
+    return {k: v.to(device) for k, v in batch.items()}, sampler_logp.to(device)
+
+
+def take(batch: dict[str, Tensor], rows: Tensor) -> tuple[dict[str, Tensor], int]:
+    """Rows of the batch, with padding columns that every row has cut off; also the kept length T."""
+    mb = {k: v[rows] if v.ndim else v for k, v in batch.items()}
+    L = mb["prompt_mask"].shape[1]
+    start = int((mb["prompt_mask"].sum(0) > 0).nonzero()[0]) if L else 0
+    T = int(mb["mask"].sum(-1).max())
+    for k, v in mb.items():
+        if k in ("prompt_ids", "prompt_mask"):
+            mb[k] = v[:, start:]
+        elif v.ndim == 2:
+            mb[k] = v[:, :T]
+    return mb, T

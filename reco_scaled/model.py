@@ -1,0 +1,101 @@
+"""The policy: a Hugging Face causal LM behind a module that returns per-token statistics.
+
+`PolicyModel` is what DDP and FSDP2 wrap. Its forward runs the decoder and the LM head (naive or
+fused, see loss.token_stats) inside one module call, so FSDP2's root unshards the LM head for it.
+`load_lm` loads a model directory; with model.path "" it first builds reco_mini's tiny countdown
+model, SFT-ed by reco_mini.sft and cached as a model directory under runs/cache/.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from reco_mini import Config, char_tokenizer, make_splits, sft, tiny_model
+from reco_scaled import distributed
+from reco_scaled.config import RunConfig
+from reco_scaled.loss import token_stats
+
+
+class PolicyModel(nn.Module):
+    def __init__(self, lm: nn.Module, fused: bool = False) -> None:
+        super().__init__()
+        self.lm, self.fused = lm, fused
+
+    @property
+    def layers(self) -> list[nn.Module]:
+        """The decoder layers (FSDP2 shards each one)."""
+        return list(self.lm.model.layers)
+
+    def forward(self, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor,
+                temperature: float) -> tuple[Tensor, Tensor, Tensor]:
+        """(log pi(y_t), V_t, H_t) of every response token, each fp32 [B, T].
+
+        prompt_ids/prompt_mask: [B, L] left-padded; resp/resp_mask: [B, T] right-padded.
+        """
+        ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        hidden = self.lm.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
+        hidden = hidden[:, prompt_ids.shape[1] - 1: -1]  # [B, T, d]: the positions that predict resp
+        head = self.lm.get_output_embeddings().weight
+        return token_stats(hidden, head, resp, resp_mask, temperature, self.fused)
+
+
+def load_lm(cfg: RunConfig, d: distributed.Dist) -> tuple[nn.Module, object, str]:
+    """(fp32 HF causal LM on the CPU, tokenizer, model directory); wrapping moves it to the device."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = cfg.model.path
+    if not path:
+        path = str(tiny_countdown_dir(cfg))
+        if d.main and not path_ready(path):
+            build_tiny_countdown(cfg, Path(path))
+        distributed.barrier()
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    if cfg.model.gradient_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    lm.config.use_cache = False
+    return lm, tokenizer, path
+
+
+def load_reference(path: str, dtype: torch.dtype) -> nn.Module:
+    """The frozen base policy (for the KL to it), loaded straight in `dtype` to spare host memory."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).requires_grad_(False).eval()
+
+
+def mini_config(cfg: RunConfig) -> Config:
+    """The reco_mini Config that defines the countdown problems and the tiny base model."""
+    c = cfg.countdown
+    return Config(seed=cfg.seed, device="cpu", n_train=c.n_train, n_test=c.n_test, hidden=c.hidden, layers=c.layers,
+                  sft_steps=c.sft_steps, sft_batch=c.sft_batch, sft_lr=c.sft_lr)
+
+
+def tiny_countdown_dir(cfg: RunConfig) -> Path:
+    c = cfg.countdown
+    return Path("runs/cache") / (f"scaled-countdown-h{c.hidden}-l{c.layers}-s{c.sft_steps}-b{c.sft_batch}"
+                                 f"-lr{c.sft_lr}-seed{cfg.seed}-n{c.n_test}")
+
+
+def path_ready(path: str | Path) -> bool:
+    return (Path(path) / "config.json").exists()
+
+
+def build_tiny_countdown(cfg: RunConfig, path: Path) -> None:
+    """SFT reco_mini's tiny model on the skewed countdown demonstrations; save it as a model directory."""
+    mc = mini_config(cfg)
+    splits = make_splits(mc)
+    tokenizer = char_tokenizer()
+    with torch.random.fork_rng():
+        torch.manual_seed(mc.seed)
+        model = tiny_model(tokenizer, mc.hidden, mc.layers)
+        sft(mc, model, tokenizer, set(splits["test"]) | set(splits["val"]))
+    tmp = path.with_name(path.name + ".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.replace(path)  # atomic: a half-written directory is never picked up

@@ -1,0 +1,123 @@
+"""Rollouts from a plain transformers model: ancestral sampling with a KV cache (CPU, tests, small runs).
+
+The engine has its own copy of the model, so that generation never runs through DDP or FSDP2
+(FSDP2 would need every rank to take the same number of decoding steps); `sync_weights` copies
+the trainer's full weights into it.
+
+Sample g of prompt i draws from its own generator, seeded with seed + i*n + g (as the vLLM engine
+does), so a sample does not depend on which other prompts share the batch: the same global prompt
+gets the same samples at any world size.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from reco_scaled.rollout.base import Rollout, RolloutEngine
+
+
+class HFEngine(RolloutEngine):
+    def __init__(self, model: nn.Module, *, eos_token_ids: list[int], pad_token_id: int, batch_size: int = 256) -> None:
+        """model: the engine's own HF causal LM (generation runs on its device, in its dtype)."""
+        self.model = model.requires_grad_(False).eval()
+        self.eos = torch.tensor(eos_token_ids, device=self.device)
+        self.pad_id, self.batch_size = pad_token_id, batch_size
+
+    @classmethod
+    def from_pretrained(cls, path: str, tokenizer, device: torch.device, dtype: torch.dtype = torch.float32,
+                        batch_size: int = 256, stop_token_ids: list[int] = ()) -> HFEngine:
+        """Load a model directory. A response ends at the tokenizer's EOS, the generation config's EOS
+        ids, or any of `stop_token_ids`."""
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        eos = model.generation_config.eos_token_id
+        eos_ids = {tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos]), *stop_token_ids} - {None}
+        return cls(model, eos_token_ids=sorted(eos_ids), pad_token_id=tokenizer.pad_token_id, batch_size=batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def generate(self, prompt_ids: list[list[int]], n: int, *, temperature: float = 1.0, top_p: float = 1.0,
+                 max_new_tokens: int = 64, seed: int | None = None) -> Rollout:
+        """n samples per prompt (prompt-major), with the sampled tokens' log-probs under the sampler.
+
+        temperature 0 is greedy (log-probs then of the untempered distribution); top_p < 1 samples from
+        the nucleus, and the log-probs are those of the renormalised nucleus distribution.
+        """
+        rows = [p for p in prompt_ids for _ in range(n)]
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, ()).item())
+        out = Rollout([], [], [])
+        for start in range(0, len(rows), self.batch_size):
+            chunk = rows[start: start + self.batch_size]
+            gens = [torch.Generator(self.device).manual_seed(seed + start + r) for r in range(len(chunk))]
+            resp, logps = self._sample(chunk, gens, temperature, top_p, max_new_tokens)
+            out.prompt_ids += chunk
+            out.response_ids += resp
+            out.sampler_logprobs += logps
+        return out
+
+    @torch.no_grad()
+    def _sample(self, rows: list[list[int]], gens: list[torch.Generator], temperature: float, top_p: float,
+                max_new_tokens: int) -> tuple[list[list[int]], list[list[float]]]:
+        from transformers import DynamicCache
+
+        B, L = len(rows), max(len(r) for r in rows)
+        ids = torch.full((B, L), self.pad_id, device=self.device)
+        attn = torch.zeros((B, L), dtype=torch.long, device=self.device)
+        for b, r in enumerate(rows):  # left padding
+            ids[b, L - len(r):] = torch.tensor(r)
+            attn[b, L - len(r):] = 1
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        logits = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
+                            use_cache=True).logits[:, -1]
+        done = torch.zeros(B, dtype=torch.bool, device=self.device)
+        tokens: list[Tensor] = []
+        logps: list[Tensor] = []
+        alive: list[Tensor] = []
+        for _ in range(max_new_tokens):
+            nxt, lp = self._draw(logits.float(), gens, temperature, top_p)
+            alive.append(~done)
+            tokens.append(torch.where(done, self.pad_id, nxt))
+            logps.append(lp)
+            done = done | torch.isin(nxt, self.eos)
+            if done.all():
+                break
+            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+            pos = pos[:, -1:] + 1
+            logits = self.model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=pos,
+                                past_key_values=cache, use_cache=True).logits[:, -1]
+        keep = torch.stack(alive, 1).cpu()
+        tok, lp = torch.stack(tokens, 1).cpu(), torch.stack(logps, 1).cpu()
+        return [t[k].tolist() for t, k in zip(tok, keep)], [x[k].tolist() for x, k in zip(lp, keep)]
+
+    @staticmethod
+    def _draw(logits: Tensor, gens: list[torch.Generator], temperature: float, top_p: float) -> tuple[Tensor, Tensor]:
+        """One token per row from the processed distribution, and its log-prob there. logits: [B, V]"""
+        if temperature == 0:
+            nxt = logits.argmax(-1)
+            return nxt, F.log_softmax(logits, -1).gather(-1, nxt[:, None]).squeeze(-1)
+        logp = F.log_softmax(logits / temperature, dim=-1)
+        if top_p < 1.0:  # keep the smallest set of tokens whose mass reaches top_p
+            sorted_lp, order = logp.sort(-1, descending=True)
+            outside = sorted_lp.exp().cumsum(-1) - sorted_lp.exp() >= top_p
+            logp = torch.full_like(logp, -float("inf")).scatter(-1, order, sorted_lp.masked_fill(outside, -float("inf")))
+            logp = F.log_softmax(logp, dim=-1)
+        probs = logp.exp()
+        nxt = torch.cat([torch.multinomial(probs[b], 1, generator=g) for b, g in enumerate(gens)])
+        return nxt, logp.gather(-1, nxt[:, None]).squeeze(-1)
+
+    @torch.no_grad()
+    def sync_weights(self, model: nn.Module) -> None:
+        """Copy the trainer's weights into the engine's model; all ranks call it together.
+
+        model: an HF causal LM or a PolicyModel (whose "lm." key prefix is dropped), plain, DDP or FSDP2.
+        """
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        self.model.load_state_dict({k.removeprefix("lm."): v for k, v in state.items()})

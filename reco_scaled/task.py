@@ -1,0 +1,76 @@
+"""Training problems, their prompts, the reward, and the data position.
+
+task: countdown uses reco_mini's problems (make_splits), prompt and verifier (countdown_reward).
+task: math reads problems with reco_scaled.data.load_problems, formats them with
+reco_scaled.data.build_prompt and grades with reco_mini.grade_answer (through reco_mini.reward).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from reco_mini import make_splits, prompt_text, reward
+from reco_scaled.config import RunConfig
+
+
+@dataclass
+class Task:
+    problems: list  # reco_mini.Problem (countdown) or {"problem", "answer"} dicts (math)
+    prompt_ids: list[list[int]]  # tokenised prompt of each problem
+
+    def reward(self, index: int, response: str) -> float:
+        return reward(self.problems[index], response)
+
+
+def load_task(cfg: RunConfig, tokenizer) -> Task:
+    if cfg.task == "countdown":
+        from reco_scaled.model import mini_config
+
+        problems: list = make_splits(mini_config(cfg))["train"]
+        texts = [prompt_text(p, tokenizer) for p in problems]
+    else:
+        from reco_scaled.data import build_prompt, load_problems
+
+        problems = load_problems(cfg.data.train, problem_key=cfg.data.problem_key, answer_key=cfg.data.answer_key)
+        texts = [build_prompt(tokenizer, p["problem"], template=cfg.data.template) for p in problems]
+    ids = [tokenizer(t, add_special_tokens=not _has_bos(t, tokenizer)).input_ids for t in texts]
+    keep = [i for i, x in enumerate(ids) if len(x) <= cfg.data.max_prompt_tokens]
+    if not keep:
+        raise ValueError(f"every prompt is longer than data.max_prompt_tokens={cfg.data.max_prompt_tokens}")
+    return Task([problems[i] for i in keep], [ids[i] for i in keep])
+
+
+def _has_bos(text: str, tokenizer) -> bool:
+    """Chat templates (Llama 3) already write the BOS token; the tokenizer must not add a second."""
+    return bool(tokenizer.bos_token) and text.startswith(tokenizer.bos_token)
+
+
+class PromptSampler:
+    """Epoch-wise shuffled problem order; its state is the number of prompts drawn so far.
+
+    Every rank draws the same global batch and keeps its own slice, so the data position is one
+    integer and resuming at any world size continues the same sequence of prompts.
+    """
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed, self.consumed = n, seed, 0
+
+    def next(self, count: int) -> list[int]:
+        out = []
+        while len(out) < count:
+            epoch, offset = divmod(self.consumed, self.n)
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
+            take = order[offset: offset + count - len(out)].tolist()
+            out += take
+            self.consumed += len(take)
+        return out
+
+    def state_dict(self) -> dict:
+        return {"consumed": self.consumed, "n": self.n}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["n"] != self.n:
+            raise ValueError(f"the checkpoint's data position is for {state['n']} problems, this run has {self.n}")
+        self.consumed = state["consumed"]
+

@@ -1,0 +1,58 @@
+"""Entry point: python -m reco_scaled.train --config <yaml> [section.key=value ...]
+
+Under `torchrun --nproc_per_node=N` it runs on N ranks (DDP or FSDP2, see train.parallel).
+Exit codes: 0 done; 2 bad input (config key, batch arithmetic, checkpoint that does not match);
+1 anything else, including a rollout engine that fails to start.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from reco_scaled.config import ConfigError, load_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reco_scaled.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, help="YAML file, e.g. reco_scaled/configs/tiny-cpu.yaml")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. train.steps=4 rollout.engine=hf")
+    args = parser.parse_args(argv)
+    main_rank = os.environ.get("RANK", "0") == "0"
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        return _fail(f"config error: {e}", 2, main_rank)
+
+    from reco_scaled import distributed
+    from reco_scaled.checkpoint import CheckpointError
+    from reco_scaled.trainer import EngineStartError, Trainer
+
+    d = distributed.init()
+    trainer = None
+    try:
+        trainer = Trainer(cfg, d)
+        trainer.fit()
+    except ConfigError as e:
+        return _fail(f"config error: {e}", 2, d.main)
+    except CheckpointError as e:
+        return _fail(f"checkpoint error: {e}", 2, d.main)
+    except EngineStartError as e:
+        return _fail(f"error: {e}", 1, d.main)
+    finally:
+        if trainer is not None:
+            trainer.close()
+        distributed.shutdown()
+    if d.main:
+        print(f"done: {cfg.train.steps} steps; log {cfg.out_dir / 'log.jsonl'}, checkpoints {cfg.out_dir / 'checkpoints'}")
+    return 0
+
+
+def _fail(message: str, code: int, show: bool) -> int:
+    if show:
+        print(message, file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

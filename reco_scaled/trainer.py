@@ -1,0 +1,302 @@
+"""The RL loop (DESIGN section 2) under torchrun: rollout -> reward -> advantage -> old statistics ->
+response weights -> mini-batch updates -> weight sync -> log, with checkpoints.
+
+Distribution: each rank owns prompts_per_step / world_size whole groups, so advantages and response
+weights (reco_mini.group_advantages, reco_mini.occurrence_weights) need no communication. Two things
+are global and all-reduced: mean V_old over all response tokens (DESIGN 3.3) and each mini-batch's
+loss normaliser (its token count, or sequence count), fixed before the micro-batch loop. Mini-batch
+m holds the rollouts with local index i = m (mod minibatches) on every rank, which is the same set
+of rollouts at any world size; the loss is therefore independent of the world size and of the
+micro-batch size.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from reco_mini import group_advantages, occurrence_weights
+from reco_scaled import checkpoint, distributed
+from reco_scaled.config import RunConfig, batch_plan, describe, flatten
+from reco_scaled.loss import StatSums, collate, micro_loss, take
+from reco_scaled.model import PolicyModel, load_lm, load_reference
+from reco_scaled.rollout.base import RolloutEngine
+from reco_scaled.task import PromptSampler, load_task
+
+
+class EngineStartError(RuntimeError):
+    """The rollout engine could not start (the message names it and suggests rollout.engine: hf)."""
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, d: distributed.Dist) -> None:
+        self.cfg, self.d = cfg, d
+        self.plan = batch_plan(cfg, d.world_size)
+        random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        lm, self.tokenizer, model_dir = load_lm(cfg, d)
+        self.signature = checkpoint.signature(lm)
+        self.task = load_task(cfg, self.tokenizer)
+        self.sampler = PromptSampler(len(self.task.problems), cfg.seed)
+        self.bf16 = d.device.type == "cuda" and cfg.model.precision == "bf16"
+        if d.main:
+            print(describe(cfg, self.plan))
+            print(memory_note(lm, cfg, d.world_size))
+            print(f"training problems: {len(self.task.problems)}", flush=True)
+        ref = PolicyModel(load_reference(model_dir, torch.bfloat16 if self.bf16 else torch.float32),
+                          fused=cfg.train.fused_kernel).eval()
+        self.ref = distributed.wrap(ref, ref.layers, cfg.train.parallel, d, trainable=False)
+        policy = PolicyModel(lm, fused=cfg.train.fused_kernel)
+        self.model = distributed.wrap(policy, policy.layers, cfg.train.parallel, d)
+        # last: vLLM checks at start-up that its gpu_memory_utilization share of the GPU is still free
+        self.engine = make_engine(cfg, self.tokenizer, model_dir, d, self.bf16)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
+        warmup = cfg.train.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)))
+        self.step = 0
+        self.ckpt_root = cfg.out_dir / "checkpoints"
+        self.log_path = cfg.out_dir / "log.jsonl"
+        self._resume()
+
+    # ------------------------------------------------------------------------------------ set-up
+
+    def _resume(self) -> None:
+        cfg, d = self.cfg, self.d
+        mode = cfg.checkpoint.resume
+        found = checkpoint.latest(self.ckpt_root)
+        if mode == "never":
+            if found is not None:
+                raise checkpoint.CheckpointError(f"{self.ckpt_root} already holds checkpoints ({found.name}) and "
+                                                 "checkpoint.resume is 'never'; use resume=auto or a new run name")
+            path = None
+        elif mode == "auto":
+            path = found
+        else:
+            path = Path(mode)
+            if not path.is_dir():
+                raise checkpoint.CheckpointError(f"checkpoint.resume: {path} is not a checkpoint directory")
+        if d.main:
+            cfg.out_dir.mkdir(parents=True, exist_ok=True)
+        if path is None:
+            if d.main:
+                self.log_path.write_text("")
+            return
+        meta = checkpoint.load(path, self.model, self.optimizer, self.signature, d)
+        self.scheduler.load_state_dict(meta["scheduler"])
+        self.sampler.load_state_dict(meta["sampler"])
+        self.step = meta["step"]
+        self.engine.sync_weights(self.model)
+        if d.main:
+            now = flatten(dataclasses.asdict(cfg))
+            changed = [k for k, v in flatten(meta["config"]).items() if now.get(k) != v]
+            print(f"resumed from {path} at step {self.step}" + (f"; config keys changed since: {changed}" if changed else ""))
+            if self.log_path.exists():  # drop the log lines of steps after the checkpoint
+                rows = [r for r in self.log_path.read_text().splitlines() if r and json.loads(r)["step"] <= self.step]
+                self.log_path.write_text("".join(r + "\n" for r in rows))
+
+    def _amp(self) -> contextlib.AbstractContextManager:
+        return torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+
+    # ------------------------------------------------------------------------------------ the loop
+
+    def fit(self) -> None:
+        cfg, d = self.cfg, self.d
+        bar = tqdm(total=cfg.train.steps, initial=self.step, desc=cfg.name, disable=not d.main)
+        with open(self.log_path, "a") if d.main else contextlib.nullcontext() as log:
+            while self.step < cfg.train.steps:
+                row = self.train_step()
+                every = cfg.checkpoint.every
+                if every and self.step % every == 0 or self.step == cfg.train.steps:
+                    t = time.perf_counter()
+                    meta = {"scheduler": self.scheduler.state_dict(), "sampler": self.sampler.state_dict(),
+                            "signature": self.signature, "config": dataclasses.asdict(cfg)}
+                    checkpoint.save(self.ckpt_root, self.step, self.model, self.optimizer, meta, d, cfg.checkpoint.keep)
+                    row["time_checkpoint"] = time.perf_counter() - t
+                if d.main:
+                    log.write(json.dumps(row) + "\n")
+                    log.flush()
+                    bar.set_postfix(reward=f"{row['reward_mean']:.3f}", loss=f"{row['loss']:.4f}")
+                    bar.update()
+        bar.close()
+
+    def train_step(self) -> dict:
+        cfg, d = self.cfg, self.d
+        P, G, Pr = cfg.train.prompts_per_step, cfg.rollout.group_size, self.plan["prompts_per_rank"]
+        times = {}
+        t = time.perf_counter()
+        mine = self.sampler.next(P)[d.rank * Pr: (d.rank + 1) * Pr]
+        # sample g of global prompt j uses seed base + j*G + g, whatever the world size
+        base = (cfg.seed * 1_000_003 + self.step) * P * G + d.rank * Pr * G
+        self.engine.wake()
+        ro = self.engine.generate([self.task.prompt_ids[i] for i in mine], G, temperature=cfg.rollout.temperature,
+                                  max_new_tokens=cfg.rollout.max_new_tokens, seed=base)
+        self.engine.sleep()
+        times["rollout"], t = time.perf_counter() - t, time.perf_counter()
+
+        texts = self.tokenizer.batch_decode(ro.response_ids, skip_special_tokens=True)
+        rewards = torch.tensor([self.task.reward(i, s) for i, s in zip([i for i in mine for _ in range(G)], texts)])
+        rewards = rewards.view(Pr, G)
+        times["reward"], t = time.perf_counter() - t, time.perf_counter()
+
+        batch, sampler_logp = collate(ro, self.tokenizer.pad_token_id, d.device)
+        old_logp, v_old, entropy = self._forward_no_grad(self.model, batch)
+        ref_logp = self._forward_no_grad(self.ref, batch)[0]
+        mask = batch["mask"]
+        n_tokens = distributed.all_sum(mask.sum().double())
+        if cfg.algo.variance_norm == "batch":
+            batch["v_old_mean"] = (distributed.all_sum((v_old * mask).sum().double()) / n_tokens).float()
+        else:
+            batch["v_old_mean"] = torch.tensor(1.0, device=d.device)
+        advantages = group_advantages(rewards, scale_by_std=not cfg.algo.no_std).to(d.device)  # [Pr, G]
+        occurrence = cfg.terms[0]
+        responses = [" ".join(s.split()) for s in texts] if occurrence == "count" else ro.response_ids
+        weights = occurrence_weights((old_logp * mask).sum(-1).view(Pr, G), occurrence, responses,
+                                     mask.sum(-1).view(Pr, G), advantages, cfg.algo.occurrence_apply)
+        batch.update(old_logp=old_logp, v_old=v_old, ref_logp=ref_logp, advantages=advantages.flatten(),
+                     weights=weights.flatten())
+        times["old_stats"], t = time.perf_counter() - t, time.perf_counter()
+
+        update = self._update(batch)
+        times["update"], t = time.perf_counter() - t, time.perf_counter()
+        self.engine.sync_weights(self.model)
+        self.scheduler.step()
+        self.step += 1
+        times["sync"] = time.perf_counter() - t
+
+        row = {"step": self.step, **self._rollout_metrics(batch, rewards, entropy, sampler_logp, n_tokens), **update,
+               "lr": self.optimizer.param_groups[0]["lr"]}
+        row.update({f"time_{k}": v for k, v in times.items()}, time_step=sum(times.values()))
+        return row
+
+    @torch.no_grad()
+    def _forward_no_grad(self, model: torch.nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """(log pi, V, H) [B, T] of every rollout, in micro-batches."""
+        rows = torch.arange(batch["resp"].shape[0], device=self.d.device)
+        outs = []
+        for chunk in rows.split(self.cfg.train.micro_batch_size):
+            mb, T = take(batch, chunk)
+            with self._amp():
+                stats = model(mb["prompt_ids"], mb["prompt_mask"], mb["resp"], mb["mask"], self.cfg.rollout.temperature)
+            outs.append([torch.nn.functional.pad(x, (0, batch["resp"].shape[1] - T)) for x in stats])
+        return tuple(torch.cat(parts) for parts in zip(*outs))
+
+    def _update(self, batch: dict[str, Tensor]) -> dict[str, float]:
+        cfg, d = self.cfg, self.d
+        M, B = cfg.train.minibatches, batch["resp"].shape[0]
+        stats, losses, norms = StatSums(), [], []
+        self.model.train()
+        for _ in range(cfg.train.epochs):
+            for m in range(M):
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = accumulate_gradients(self.model, cfg, batch, torch.arange(m, B, M, device=d.device), stats,
+                                            d.world_size, self._amp)
+                if not torch.isfinite(torch.tensor(loss)):
+                    last = checkpoint.latest(self.ckpt_root)
+                    raise FloatingPointError(f"non-finite loss ({loss}) at step {self.step + 1}; "
+                                             f"last good checkpoint: {last or 'none yet'}")
+                norms.append(distributed.grad_norm_clip(self.params, cfg.train.grad_clip))
+                self.optimizer.step()
+                losses.append(loss)
+        self.optimizer.zero_grad(set_to_none=True)  # no gradients held through the rollout phase
+        return {**stats.reduce(d.device), "loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
+                "grad_norm_max": max(norms)}
+
+    def _rollout_metrics(self, batch: dict[str, Tensor], rewards: Tensor, entropy: Tensor, sampler_logp: Tensor,
+                         n_tokens: Tensor) -> dict[str, float]:
+        """Global rollout statistics: sums all-reduced, then divided by global counts."""
+        mask, A, w = batch["mask"], batch["advantages"], batch["weights"]
+        q = (batch["ref_logp"] - batch["old_logp"]) * mask  # 0 on padding, so exp(q) stays finite
+        lengths = mask.sum(-1)
+        sums = distributed.all_sum(torch.stack([
+            rewards.sum(), torch.tensor(float(rewards.numel())), (rewards.max(1).values > 0).sum(),
+            torch.tensor(float(rewards.shape[0])),
+        ]).double().to(self.d.device)).tolist()
+        tok = distributed.all_sum(torch.stack([
+            A.abs().sum(), (A != 0).sum().float(), w.sum(), (entropy * mask).sum(), (q.exp() - q - 1).sum(),
+            ((sampler_logp - batch["old_logp"]).abs() * mask).sum(),
+        ]).double()).tolist()
+        top = distributed.all_max(torch.stack([w.max(), -w.min(), lengths.max()]).double()).tolist()
+        n_roll, n_tok = sums[1], n_tokens.item()
+        return {"reward_mean": sums[0] / n_roll, "pass_rate": sums[2] / sums[3],
+                "adv_abs_mean": tok[0] / n_roll, "adv_nonzero_frac": tok[1] / n_roll,
+                "w_min": -top[1], "w_mean": tok[2] / n_roll, "w_max": top[0],
+                "v_old_mean": batch["v_old_mean"].item(), "entropy": tok[3] / n_tok, "kl_base": tok[4] / n_tok,
+                "response_length": n_tok / n_roll, "response_length_max": top[2],
+                "engine_logp_abs_diff": tok[5] / n_tok}
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+def make_engine(cfg: RunConfig, tokenizer, model_dir: str, d: distributed.Dist, bf16: bool) -> RolloutEngine:
+    """The configured rollout engine, loaded from the model directory; vllm is imported only when asked for."""
+    r = cfg.rollout
+    stop = []
+    if cfg.task == "math":  # e.g. <|im_end|> closes a qwen-boxed turn, while a Qwen base model's EOS is <|endoftext|>
+        from reco_scaled.evaluate import stop_token_ids
+
+        stop = stop_token_ids(tokenizer, cfg.data.template)
+    if r.engine == "hf":
+        from reco_scaled.rollout.hf_engine import HFEngine
+
+        return HFEngine.from_pretrained(model_dir, tokenizer, d.device, torch.bfloat16 if bf16 else torch.float32,
+                                        batch_size=r.engine_batch_size, stop_token_ids=stop)
+    try:
+        from reco_scaled.rollout.vllm_engine import VLLMEngine
+
+        return VLLMEngine(model_dir, max_model_len=r.max_model_len, gpu_memory_utilization=r.gpu_memory_utilization,
+                          tensor_parallel_size=r.tensor_parallel_size, dtype="bfloat16" if bf16 else "float32",
+                          enable_sleep_mode=r.enable_sleep_mode, seed=cfg.seed, distributed=d.world_size > 1,
+                          stop_token_ids=stop)
+    except Exception as e:
+        raise EngineStartError(f"rollout engine 'vllm' failed to start: {e}\n"
+                               "Use the transformers engine instead: set `rollout.engine: hf` in the config "
+                               "(or pass rollout.engine=hf).") from e
+
+
+def accumulate_gradients(model: torch.nn.Module, cfg: RunConfig, batch: dict[str, Tensor], rows: Tensor,
+                         stats: StatSums, world_size: int,
+                         amp: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> float:
+    """Backward one mini-batch (this rank's `rows`) in micro-batches; returns the global mini-batch loss.
+
+    The normaliser (token or sequence count of the whole mini-batch on all ranks) is fixed before the
+    micro-batch loop, so the gradients do not depend on the micro-batch size or the world size.
+    """
+    num_tokens = distributed.all_sum(batch["mask"][rows].sum().float())
+    num_seqs = distributed.all_sum(torch.tensor(float(len(rows)), device=rows.device))
+    chunks = rows.split(cfg.train.micro_batch_size)
+    loss_sum = torch.zeros((), device=rows.device)
+    for j, chunk in enumerate(chunks):
+        mb, _ = take(batch, chunk)
+        with distributed.gradient_sync(model, j == len(chunks) - 1), amp():
+            logp, v, _ = model(mb["prompt_ids"], mb["prompt_mask"], mb["resp"], mb["mask"], cfg.rollout.temperature)
+            loss, s = micro_loss(cfg, logp, v, mb, num_tokens, num_seqs)
+            (loss * world_size).backward()  # DDP and FSDP2 average gradients over ranks; the loss is a global mean
+        stats.add(s, mb["mask"].sum().item())
+        loss_sum += loss.detach()
+    return distributed.all_sum(loss_sum).item()
+
+
+def memory_note(lm: torch.nn.Module, cfg: RunConfig, world_size: int) -> str:
+    n = sum(p.numel() for p in lm.parameters())
+    state = 16 * n  # bytes: fp32 weights + gradients + two AdamW moments
+    shard = state / world_size if cfg.train.parallel == "fsdp2" else state
+    return (f"model: {n / 1e6:.1f}M parameters; fp32 weights + grads + AdamW = 16 B/param = {_bytes(state)} "
+            f"({_bytes(shard)} per rank under {cfg.train.parallel}), before activations, reference model and engine")
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
