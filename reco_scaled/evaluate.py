@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from reco_mini import grade_answer, pass_at_k
 from reco_scaled.data import BENCHMARKS, TEMPLATES, DataError, build_prompt, load_benchmark, load_problems
-from reco_scaled.rollout.base import Rollout, RolloutEngine
+from reco_scaled.rollout.base import RolloutEngine
 
 # (problem texts, n, seed) -> n response texts per problem
 Sampler = Callable[[list[str], int, int], list[list[str]]]
@@ -51,7 +51,7 @@ class EvalConfig:
     seed: int = 0
     limit: int = 0  # first N problems of each benchmark (0 = all)
     prompts_per_call: int = 8  # problems per engine.generate call (n samples each)
-    hf_batch_size: int = 64  # sequences per transformers generate call
+    hf_batch_size: int = 64  # HF engine: sequences decoded together
     workers: int = 4  # grading processes (0 = grade in this process)
     ks: str = ""  # comma-separated k for the tables; default 1, 2, 4, ..., n
     from_counts: list[str] = field(default_factory=list)  # [name=]counts.jsonl to report
@@ -153,57 +153,6 @@ def format_table(summary: dict[str, dict], title: str = "") -> str:
 
 # -- sampling ---------------------------------------------------------------------------------------
 
-class GenerateEngine(RolloutEngine):
-    """transformers ``generate`` with temperature and nucleus (top-p) sampling, for evaluation on CPU or one GPU.
-
-    The model's own generation_config (top_k, repetition_penalty, ...) is ignored: Pass@k is measured at
-    exactly the requested temperature and top-p. Sampler log-probs are not computed (evaluation needs only
-    the tokens), so ``Rollout.sampler_logprobs`` holds empty lists.
-    """
-
-    def __init__(self, model_path: str, batch_size: int = 64, stop_token_ids: list[int] | None = None) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype="auto").to(device).eval()
-        gen = self.model.generation_config
-        eos = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
-        eos = [e for e in eos if e is not None] or [self.model.config.eos_token_id]
-        self.eos_ids = list(dict.fromkeys([*eos, *(stop_token_ids or [])]))  # any of them ends a response
-        pad = gen.pad_token_id if gen.pad_token_id is not None else self.model.config.pad_token_id
-        self.pad_id = pad if pad is not None else self.eos_ids[0]
-        self.batch_size = batch_size
-
-    def generate(self, prompt_ids: list[list[int]], n: int, *, temperature: float = 1.0, top_p: float = 1.0,
-                 max_new_tokens: int = 64, seed: int | None = None) -> Rollout:
-        import torch
-        from transformers import GenerationConfig
-
-        sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else {}
-        config = GenerationConfig(**sampling, max_new_tokens=max_new_tokens, eos_token_id=self.eos_ids,
-                                  pad_token_id=self.pad_id, repetition_penalty=1.0)
-        if seed is not None:
-            torch.manual_seed(seed)
-        prompts = [p for p in prompt_ids for _ in range(n)]  # prompt-major
-        responses: list[list[int]] = []
-        device = self.model.device
-        for i in range(0, len(prompts), self.batch_size):
-            batch = prompts[i:i + self.batch_size]
-            width = max(map(len, batch))
-            ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in batch], device=device)  # left-padded
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
-            with torch.no_grad():
-                out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-            for row in out[:, width:].tolist():
-                end = next((j + 1 for j, t in enumerate(row) if t in self.eos_ids), len(row))  # keep the EOS
-                responses.append(row[:end])
-        return Rollout(prompt_ids=prompts, response_ids=responses, sampler_logprobs=[[] for _ in responses])
-
-    def sync_weights(self, model) -> None:
-        self.model.load_state_dict(model.state_dict())
-
-
 class EngineSampler:
     """Adapts a RolloutEngine and its tokenizer to the text-level Sampler the evaluation loop uses."""
 
@@ -237,6 +186,8 @@ def make_sampler(cfg: EvalConfig) -> EngineSampler:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+    if tokenizer.pad_token is None:  # e.g. Llama 3; padding is masked out anyway
+        tokenizer.pad_token = tokenizer.eos_token
     stop = stop_token_ids(tokenizer, cfg.template)
     if cfg.engine == "vllm":
         from reco_scaled.rollout.vllm_engine import VLLMEngine
@@ -246,7 +197,14 @@ def make_sampler(cfg: EvalConfig) -> EngineSampler:
             gpu_memory_utilization=cfg.gpu_memory_utilization, tensor_parallel_size=cfg.tensor_parallel_size,
             enable_sleep_mode=False, seed=cfg.seed, stop_token_ids=stop)
     else:
-        engine = GenerateEngine(cfg.model, batch_size=cfg.hf_batch_size, stop_token_ids=stop)
+        import torch
+
+        from reco_scaled.rollout.hf_engine import HFEngine
+
+        cuda = torch.cuda.is_available()
+        engine = HFEngine.from_pretrained(cfg.model, tokenizer, torch.device("cuda" if cuda else "cpu"),
+                                          torch.bfloat16 if cuda else torch.float32, batch_size=cfg.hf_batch_size,
+                                          stop_token_ids=stop)
     return EngineSampler(engine, tokenizer, cfg)
 
 
@@ -286,8 +244,9 @@ def _chunks(todo: list[tuple[int, dict]], size: int) -> Iterable[list[tuple[int,
 def run_eval(sampler: Sampler, benchmarks: dict[str, list[dict]], counts_path: str | Path, *, n: int, seed: int = 0,
              prompts_per_call: int = 8, workers: int = 4) -> list[dict]:
     """Sample and grade every problem not yet in `counts_path`, appending one row per problem as it is
-    graded; returns all rows of the file. Problem i of a benchmark is sampled with seed ``seed + i*n``
-    (engines with per-request seeds, like vLLM's, then draw the same samples whether or not a run resumed)."""
+    graded; returns all rows of the file. Problem i of a benchmark is sampled with seed ``seed + i*n``;
+    both engines seed sample g of a call's prompt j with ``seed + j*n + g``, so a problem draws the same
+    samples whether or not the run was resumed."""
     counts_path = Path(counts_path)
     counts_path.parent.mkdir(parents=True, exist_ok=True)
     done = set()

@@ -10,13 +10,13 @@ import reco_mini
 from reco_scaled.data import DataError, load_problems
 from reco_scaled.evaluate import (
     EvalConfig,
-    GenerateEngine,
     _check_resume,
     _chunks,
     default_ks,
     format_table,
     grade_group,
     main,
+    make_sampler,
     parse_config,
     read_counts,
     run_eval,
@@ -169,20 +169,19 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return path
 
 
-def test_generate_engine_top_p_and_greedy(tiny_model_dir):
-    engine = GenerateEngine(str(tiny_model_dir), batch_size=4)
-    prompts = [[1, 5, 6, 7], [1, 8]]
-    greedy = engine.generate(prompts, 3, temperature=0.0, max_new_tokens=6)
-    nucleus = engine.generate(prompts, 3, temperature=1.0, top_p=1e-6, max_new_tokens=6, seed=1)  # only the top token
-    assert nucleus.response_ids == greedy.response_ids
-    assert greedy.prompt_ids == [prompts[0]] * 3 + [prompts[1]] * 3  # prompt-major
-    a = engine.generate(prompts, 3, temperature=1.0, max_new_tokens=6, seed=7)
-    b = engine.generate(prompts, 3, temperature=1.0, max_new_tokens=6, seed=7)
-    assert a.response_ids == b.response_ids and all(len(r) <= 6 for r in a.response_ids)
-    # a stop token ends the response, and is kept as its last token
-    first = greedy.response_ids[0][0]
-    stopped = GenerateEngine(str(tiny_model_dir), stop_token_ids=[first]).generate(prompts[:1], 2, temperature=0.0)
-    assert stopped.response_ids == [[first], [first]]
+def test_hf_sampler_passes_temperature_top_p_and_stop_tokens(tiny_model_dir):
+    cfg = EvalConfig(model=str(tiny_model_dir), template="plain", temperature=1.0, top_p=1e-6, max_new_tokens=6)
+    sampler = make_sampler(cfg)
+    assert sampler.tokenizer.eos_token_id in sampler.engine.eos.tolist()
+    nucleus = sampler(["1+2", "3*4"], 3, 5)  # top_p -> 0 keeps only the likeliest token: greedy
+    cfg.temperature = 0.0
+    greedy = sampler(["1+2", "3*4"], 3, 5)
+    assert nucleus == greedy and len(greedy) == 2 and all(len(texts) == 3 for texts in greedy)
+    cfg.temperature, cfg.top_p = 1.0, 1.0
+    both = sampler(["1+2", "3*4"], 3, 5)
+    assert both == sampler(["1+2", "3*4"], 3, 5)  # seeded
+    # sample g of prompt i uses seed + i*n + g, so a problem's samples do not depend on its batch (resume)
+    assert sampler(["3*4"], 3, 5 + 3) == both[1:]
 
 
 def test_stop_tokens_include_im_end_for_the_qwen_template():
