@@ -12,6 +12,7 @@ import json
 import os
 import random
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
@@ -50,7 +51,9 @@ def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimiz
         tmp.mkdir(parents=True)
     distributed.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp)
+    with warnings.catch_warnings():  # a single process without a process group is intended here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp)
     torch.save(_rng_state(), tmp / f"rng_rank{d.rank}.pt")
     distributed.barrier()
     if d.main:
@@ -79,7 +82,9 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, expecte
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
     try:
-        dcp.load(state, checkpoint_id=path)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, checkpoint_id=path)
     except Exception as e:  # DCP raises several types for missing or mismatched entries
         raise CheckpointError(f"checkpoint {path} does not match this run's model or optimizer: {e}") from e
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])

@@ -114,18 +114,20 @@ class Trainer:
         with open(self.log_path, "a") if d.main else contextlib.nullcontext() as log:
             while self.step < cfg.train.steps:
                 row = self.train_step()
+                if d.main:  # logged before the checkpoint: a resume rewrites the rows after its checkpoint
+                    log.write(json.dumps(row) + "\n")
+                    log.flush()
+                    bar.set_postfix(reward=f"{row['reward_mean']:.3f}", loss=f"{row['loss']:.4f}")
+                    bar.update()
                 every = cfg.checkpoint.every
                 if every and self.step % every == 0 or self.step == cfg.train.steps:
                     t = time.perf_counter()
                     meta = {"scheduler": self.scheduler.state_dict(), "sampler": self.sampler.state_dict(),
                             "signature": self.signature, "config": dataclasses.asdict(cfg)}
-                    checkpoint.save(self.ckpt_root, self.step, self.model, self.optimizer, meta, d, cfg.checkpoint.keep)
-                    row["time_checkpoint"] = time.perf_counter() - t
-                if d.main:
-                    log.write(json.dumps(row) + "\n")
-                    log.flush()
-                    bar.set_postfix(reward=f"{row['reward_mean']:.3f}", loss=f"{row['loss']:.4f}")
-                    bar.update()
+                    path = checkpoint.save(self.ckpt_root, self.step, self.model, self.optimizer, meta, d,
+                                           cfg.checkpoint.keep)
+                    if d.main:
+                        bar.write(f"saved {path} in {time.perf_counter() - t:.1f} s")
         bar.close()
 
     def train_step(self) -> dict:

@@ -1,0 +1,75 @@
+"""The HF rollout engine: per-sample seeds, sampler log-probs, top-p, EOS handling and weight sync."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from reco_mini import char_tokenizer, tiny_model
+from reco_scaled.loss import collate
+from reco_scaled.model import PolicyModel
+from reco_scaled.rollout.hf_engine import HFEngine
+
+PROMPTS = [[1, 4, 5, 21, 6], [1, 7, 21, 8, 9, 23], [1, 10, 11]]  # different lengths: left padding is exercised
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tok = char_tokenizer()
+    torch.manual_seed(0)
+    lm = tiny_model(tok, hidden=32, layers=2)
+    engine = HFEngine(copy.deepcopy(lm), eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id, batch_size=4)
+    return tok, lm, engine
+
+
+def test_samples_do_not_depend_on_the_rest_of_the_batch(setup):
+    _, _, engine = setup
+    both = engine.generate(PROMPTS, 3, max_new_tokens=10, seed=100)
+    alone = engine.generate(PROMPTS[1:2], 3, max_new_tokens=10, seed=103)  # prompt 1 starts at row 3
+    assert both.response_ids[3:6] == alone.response_ids
+    flat = [x for lp in both.sampler_logprobs[3:6] for x in lp]
+    assert flat == pytest.approx([x for lp in alone.sampler_logprobs for x in lp], abs=1e-5)
+    assert engine.generate(PROMPTS, 3, max_new_tokens=10, seed=100).response_ids == both.response_ids
+    assert engine.generate(PROMPTS, 3, max_new_tokens=10, seed=7).response_ids != both.response_ids
+
+
+def test_responses_stop_at_eos_and_log_probs_match_the_trainer(setup):
+    tok, lm, engine = setup
+    ro = engine.generate(PROMPTS, 4, temperature=0.7, max_new_tokens=12, seed=1)
+    for r in ro.response_ids:
+        assert tok.eos_token_id not in r[:-1] and (r[-1] == tok.eos_token_id or len(r) == 12)
+    batch, sampler_logp = collate(ro, tok.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        logp, _, _ = PolicyModel(lm)(batch["prompt_ids"], batch["prompt_mask"], batch["resp"], batch["mask"], 0.7)
+    mask = batch["mask"].bool()
+    torch.testing.assert_close(logp[mask], sampler_logp[mask], rtol=0, atol=1e-5)
+
+
+def test_top_p_samples_from_the_renormalised_nucleus(setup):
+    _, lm, engine = setup
+    with torch.no_grad():
+        probs = F.softmax(lm(input_ids=torch.tensor([PROMPTS[0]])).logits[0, -1] / 1.3, -1)
+    sorted_p, order = probs.sort(descending=True)
+    nucleus = order[: int((sorted_p.cumsum(0) < 0.6).sum()) + 1]
+    ro = engine.generate(PROMPTS[:1], 64, temperature=1.3, top_p=0.6, max_new_tokens=1, seed=0)
+    first = torch.tensor([r[0] for r in ro.response_ids])
+    assert set(first.tolist()) <= set(nucleus.tolist()) and len(set(first.tolist())) > 1
+    expected = (probs[first] / probs[nucleus].sum()).log()
+    torch.testing.assert_close(torch.tensor([lp[0] for lp in ro.sampler_logprobs]), expected, rtol=0, atol=1e-5)
+
+
+def test_sync_weights_changes_greedy_generations(setup):
+    tok, lm, _ = setup
+    engine = HFEngine(copy.deepcopy(lm), eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id)
+    before = engine.generate(PROMPTS, 1, temperature=0, max_new_tokens=8).response_ids
+    trained = PolicyModel(copy.deepcopy(lm))  # the trainer's wrapper: its keys carry an "lm." prefix
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    expected = HFEngine(copy.deepcopy(trained.lm), eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id)
+    engine.sync_weights(trained)
+    after = engine.generate(PROMPTS, 1, temperature=0, max_new_tokens=8).response_ids
+    assert after == expected.generate(PROMPTS, 1, temperature=0, max_new_tokens=8).response_ids
+    assert after != before

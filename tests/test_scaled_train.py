@@ -1,0 +1,110 @@
+"""The scaled trainer end to end on the tiny CPU config: world size 2 = world size 1, fused = naive,
+exact resume after a kill, and a checkpoint for another model is refused.
+
+In-process runs call reco_scaled.train.main at world size 1; world size 2 and the killed run are
+subprocesses. Every run uses one CPU thread, so that results are bitwise reproducible across
+processes (multi-threaded CPU kernels may sum in a different order).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from reco_scaled.config import load_config
+from reco_scaled.model import build_tiny_countdown, path_ready, tiny_countdown_dir
+from reco_scaled.train import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "reco_scaled" / "configs" / "tiny-cpu.yaml")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tiny_model_and_one_thread():
+    """Build the cached SFT model once (as rank 0 would), and run in-process code on one thread."""
+    cwd, threads = os.getcwd(), torch.get_num_threads()
+    os.chdir(ROOT)
+    torch.set_num_threads(1)
+    cfg = load_config(TINY)
+    if not path_ready(tiny_countdown_dir(cfg)):
+        build_tiny_countdown(cfg, tiny_countdown_dir(cfg))
+    yield
+    torch.set_num_threads(threads)
+    os.chdir(cwd)
+
+
+def rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def metrics(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not k.startswith("time_")}
+
+
+def run(out: Path, *overrides: str) -> list[dict]:
+    assert main(["--config", TINY, f"out={out}", *overrides]) == 0
+    return rows(out)
+
+
+def test_one_rl_step_at_world_size_2_equals_world_size_1(tmp_path):
+    one = run(tmp_path / "ws1", "train.steps=1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+           "reco_scaled.train", "--config", TINY, f"out={tmp_path / 'ws2'}", "train.steps=1"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "batch arithmetic" in proc.stdout and "64 rollouts per rank x 2 ranks" in proc.stdout
+    two = rows(tmp_path / "ws2")
+    assert one[0]["adv_nonzero_frac"] > 0.1 and one[0]["loss"] != 0  # the update really does something
+    for k, v in metrics(one[0]).items():
+        assert two[0][k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
+
+
+def test_fused_kernel_gives_the_same_metrics(tmp_path):
+    pytest.importorskip("reco_scaled.kernels")
+    naive = run(tmp_path / "naive", "train.steps=1")
+    fused = run(tmp_path / "fused", "train.steps=1", "train.fused_kernel=true")
+    for k, v in metrics(naive[0]).items():
+        assert fused[0][k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
+
+
+def test_kill_and_resume_gives_identical_metrics(tmp_path):
+    straight = run(tmp_path / "straight", "train.steps=4", "checkpoint.every=2")
+
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "reco_scaled.train", "--config", TINY, f"out={out}", "train.steps=4",
+           "checkpoint.every=2"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    latest, deadline = out / "checkpoints" / "latest", time.time() + 300
+    while not (latest.exists() and latest.read_text() == "step_000002") and proc.poll() is None:
+        assert time.time() < deadline, "no checkpoint after 300 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed: " + proc.stderr.read()[-2000:]
+    assert len(rows(out)) < 4
+
+    resumed = run(out, "train.steps=4", "checkpoint.every=2")  # resume: auto
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+    assert [metrics(r) for r in resumed] == [metrics(r) for r in straight]
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path, capsys):
+    from reco_mini import char_tokenizer, tiny_model
+
+    run(tmp_path / "run", "train.steps=1")
+    other = tmp_path / "other-model"
+    tok = char_tokenizer()
+    tiny_model(tok, hidden=32, layers=1).save_pretrained(other)
+    tok.save_pretrained(other)
+    assert main(["--config", TINY, f"out={tmp_path / 'run'}", f"model.path={other}", "train.steps=2"]) == 2
+    err = capsys.readouterr().err
+    assert "was written for a different model" in err and "Refusing to start from scratch" in err
+    assert len(rows(tmp_path / "run")) == 1  # the log of the original run is untouched
