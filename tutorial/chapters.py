@@ -14,7 +14,7 @@ Every fenced block in a chapter is one of these kinds (the words after the langu
   ```bash cli
       Commands. Each line must be a command this script knows how to check: `python reco_mini.py ARGS`
       (the flags are parsed by reco_mini.parse_config), `python FILE.py ...` (FILE exists),
-      `python -m pytest PATH...` (the paths exist), `torchrun ... -m MODULE --config FILE [k=v ...]`
+      `python -m pytest PATH...` (the paths exist), `python -m MODULE ...` (the module exists), `torchrun ... -m MODULE --config FILE [k=v ...]`
       (the module exists and reco_scaled.config.load_config accepts the file and overrides),
       `pip install -r FILE` (FILE exists). Lines starting with # are comments.
   ```text
@@ -45,6 +45,7 @@ TUTORIAL = Path(__file__).resolve().parent
 ROOT = TUTORIAL.parent
 CHAPTERS = ("01-grpo-from-scratch.md", "02-pass-at-k.md", "03-response-level-concentration.md",
             "04-token-level-concentration.md", "05-reco-end-to-end.md", "06-scaling-up.md")
+FILES = (*CHAPTERS, "README.md")  # every Markdown file whose code blocks are checked
 
 
 @dataclass
@@ -164,6 +165,8 @@ def check_command(line: str) -> str | None:
     if words[:1] == ["python"] and words[1:3] == ["-m", "pytest"]:
         missing = [w.split("::")[0] for w in words[3:] if not w.startswith("-") and not (ROOT / w.split("::")[0]).exists()]
         return f"pytest paths not found: {missing}" if missing else None
+    if words[:2] == ["python", "-m"] and len(words) > 2:
+        return None if _module_exists(words[2]) else f"module {words[2]} not found"
     if words[:1] == ["python"] and len(words) > 1 and words[1].endswith(".py"):
         if not (ROOT / words[1]).exists():
             return f"{words[1]} not found"
@@ -189,12 +192,19 @@ def _check_reco_mini_args(args: list[str]) -> str | None:
     return None
 
 
+def _module_exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 def _check_torchrun(args: list[str]) -> str | None:
     if "-m" not in args:
         return "torchrun command without -m MODULE"
     module = args[args.index("-m") + 1]
     rest = args[args.index("-m") + 2:]
-    if importlib.util.find_spec(module.rpartition(".")[0] or module) is None or importlib.util.find_spec(module) is None:
+    if not _module_exists(module):
         return f"module {module} not found"
     if "--config" not in rest:
         return "torchrun command without --config FILE"
@@ -320,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("chapters", nargs="*", help="chapter numbers or file names (default: all)")
     parser.add_argument("--write", action="store_true", help="rewrite include bodies and output blocks in place")
     args = parser.parse_args(argv)
-    names = [c for c in CHAPTERS if not args.chapters or any(c.startswith(a) or c == a for a in args.chapters)]
+    names = [c for c in FILES if not args.chapters or any(c.startswith(a) or c == a for a in args.chapters)]
     failed = 0
     for name in names:
         report, text = check_chapter(name, write=args.write)

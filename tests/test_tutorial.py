@@ -1,0 +1,127 @@
+"""The tutorial (tutorial/*.md) against the code: it fails when a chapter drifts.
+
+Each chapter is checked by tutorial/chapters.py: every `python include=FILE:NAME` block must equal
+the current source of NAME byte for byte, every `python run` snippet must run (a chapter's snippets
+share a namespace, in order), every `text output` block must equal what its snippet printed, every
+`bash cli` command must parse (reco_mini flags, config files, paths), and no other kind of code block
+may appear. The figures script must run (fast mode), and the committed figures must be small.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIAL = ROOT / "tutorial"
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+chapters = _load("tutorial_chapters", TUTORIAL / "chapters.py")
+
+
+def test_every_chapter_and_the_readme_exist():
+    for name in chapters.CHAPTERS:
+        assert (TUTORIAL / name).is_file(), name
+    readme = (TUTORIAL / "README.md").read_text()
+    for name in chapters.CHAPTERS:
+        assert name in readme, f"tutorial/README.md does not link {name}"
+
+
+@pytest.mark.parametrize("name", chapters.FILES)
+def test_chapter_code_matches_and_runs(name):
+    report, _ = chapters.check_chapter(name)
+    assert not report.errors, "\n".join(report.errors)
+    assert report.includes + report.snippets + report.commands > 0, f"{name} has no checked code"
+
+
+def test_whole_function_includes_equal_inspect_getsource():
+    """An independent second check of the includes: inspect.getsource on the imported module."""
+    import reco_mini
+
+    checked = 0
+    for name in chapters.CHAPTERS:
+        for block in chapters.parse_blocks((TUTORIAL / name).read_text()):
+            if block.kind != "include" or "start" in block.attrs or "end" in block.attrs:
+                continue
+            path, _, qualname = block.attrs["include"].partition(":")
+            if path != "reco_mini.py":
+                continue
+            obj = reco_mini
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+            if inspect.isfunction(obj) or inspect.isclass(obj):
+                assert block.body + "\n" == inspect.getsource(obj), f"{name}: {qualname}"
+                checked += 1
+    assert checked >= 5
+
+
+DRIFTED = '''# synthetic chapter
+```python include=reco_mini.py:pass_at_k
+def pass_at_k(n, c, k):  # an old copy, pasted by hand
+    return 1 - (1 - c / n) ** k
+```
+```python
+print("a block nothing checks")
+```
+```python run
+print(1 + 1)
+```
+
+```text output
+3
+```
+```python run
+raise AssertionError("a check that no longer holds")
+```
+```bash cli
+python reco_mini.py --methods grpo,ppo
+python reco_mini.py --no-such-flag
+torchrun --nproc_per_node=8 -m reco_scaled.no_such_module --config reco_scaled/configs/none.yaml
+```
+'''
+
+
+def test_checker_fails_on_every_kind_of_drift():
+    report, _ = chapters.check_chapter("synthetic.md", text=DRIFTED)
+    text = "\n".join(report.errors)
+    assert "include reco_mini.py:pass_at_k differs from the source" in text
+    assert "unchecked code block" in text
+    assert "printed output differs" in text
+    assert "a check that no longer holds" in text
+    assert "--methods must be a subset" in text
+    assert "unrecognized arguments: --no-such-flag" in text
+    assert "module reco_scaled.no_such_module not found" in text
+    assert len(report.errors) == 7
+
+
+def test_write_mode_refreshes_includes_and_outputs():
+    stale = "```python include=reco_mini.py:pass_at_k\nold\n```\n```python run\nprint('fresh')\n```\n```text output\nstale\n```\n"
+    _, text = chapters.check_chapter("synthetic.md", text=stale, write=True)
+    report, _ = chapters.check_chapter("synthetic.md", text=text)
+    assert not report.errors, report.errors
+    assert "\nfresh\n" in text and "def pass_at_k(" in text
+
+
+def test_figures_script_runs_and_committed_figures_are_small(tmp_path):
+    make_figures = _load("tutorial_make_figures", TUTORIAL / "make_figures.py")
+    written = make_figures.main(["--fast", "--out", str(tmp_path)])
+    assert written and all(p.is_file() and p.stat().st_size > 1000 for p in written)
+    committed = sorted((TUTORIAL / "figures").glob("*.png"))
+    assert {p.name for p in written} == {p.name for p in committed}, "run python tutorial/make_figures.py"
+    for p in committed:
+        assert p.stat().st_size < 200_000, f"{p} is over 200 KB"
+    for name in chapters.CHAPTERS:
+        for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (TUTORIAL / name).read_text()):
+            assert (TUTORIAL / link).is_file(), f"{name} links a missing figure {link}"
