@@ -14,8 +14,9 @@ Every fenced block in a chapter is one of these kinds (the words after the langu
   ```bash cli
       Commands. Each line must be a command this script knows how to check: `python reco_mini.py ARGS`
       (the flags are parsed by reco_mini.parse_config), `python FILE.py ...` (FILE exists),
-      `python -m pytest PATH...` (the paths exist), `python -m MODULE ...` (the module exists), `torchrun ... -m MODULE --config FILE [k=v ...]`
-      (the module exists and reco_scaled.config.load_config accepts the file and overrides),
+      `python -m pytest PATH...` (the paths exist), `python -m MODULE ...` (the module exists),
+      `torchrun ... -m MODULE --config FILE [k=v ...]` (the module exists and
+      reco_scaled.config.load_config accepts the file and overrides),
       `pip install -r FILE` (FILE exists). Lines starting with # are comments.
   ```text
       Pseudocode or a file layout: prose in a box, nothing to run.
