@@ -79,7 +79,7 @@ class Config:
     minibatches: int = 2  # updates per pass
     lr: float = 2e-4
     temperature: float = 1.0
-    max_new_tokens: int = 0  # 0 = the task default (12 countdown, 1024 math)
+    max_new_tokens: int = 0  # 0 = the task's default (12 countdown, 1024 math)
     clip_low: float = 0.2
     clip_high: float = 0.2
     dual_clip: float = 0.0  # 0 = off; verl uses 3
@@ -96,6 +96,11 @@ class Config:
     n_eval: int = 256  # samples per held-out problem
     eval_batch: int = 4096
     ks: str = ""  # comma-separated k for Pass@k; empty = 1, 2, 4, ..., n_eval
+
+    def __post_init__(self):
+        self.max_new_tokens = self.max_new_tokens or (12 if self.task == "countdown" else 1024)
+        if self.device == "auto":
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
     @property
     def method_list(self) -> list[str]:
@@ -154,7 +159,11 @@ def occurrence_weights(
     lp = seq_logprobs.detach().double()
     if mode == "none":
         return torch.ones_like(seq_logprobs)
-    if mode in ("token-mean", "count") and responses is not None:
+    if apply == "positive" and advantages is None:
+        raise ValueError("apply='positive' needs advantages")
+    if (mode == "count" or (mode == "token-mean" and lengths is None)) and responses is None:
+        raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean)")
+    if responses is not None:
         flat = [tuple(r) for group in responses for r in group] if len(responses) == P != P * G else [tuple(r) for r in responses]
         if len(flat) != P * G:
             raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
@@ -228,6 +237,7 @@ def policy_loss(
       "variance-old": l_t = sg(min(V_old / V_old_mean, c_max)) * l_t^is
       keep_t = 0 where the clipped surrogate has zero gradient:
                (r > 1+eps_high and A > 0) or (r < 1-eps_low and A < 0)
+      dual clip C (A < 0): l_t = min(l_t, -C A)
       l_t     *= w_i;   l_t += beta * k3,  k3 = exp(q) - q - 1, q = ref - logp
     """
     mask = mask.to(logp.dtype)
@@ -238,8 +248,6 @@ def policy_loss(
     stats: dict[str, float] = {}
     if token_ratio in ("is", "variance-old"):
         loss = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * A)
-        if dual_clip > 0:  # cap the loss of negative advantages at -C A
-            loss = torch.where(A < 0, torch.min(loss, -dual_clip * A), loss)
         if token_ratio == "variance-old":
             rho = torch.clamp(v_old / v_old_mean, max=variance_cap).detach()
             loss = rho * loss
@@ -249,6 +257,8 @@ def policy_loss(
         loss = -rho * A * torch.exp(logp - logp.detach()) * keep
     else:
         raise ValueError(f"unknown token_ratio {token_ratio!r}")
+    if dual_clip > 0:  # cap the loss of negative advantages at -C A (zero gradient where it binds)
+        loss = torch.where(A < 0, torch.min(loss, -dual_clip * A), loss)
     if weights is not None:
         loss = loss * weights.detach().unsqueeze(-1).to(logp.dtype)
     if kl_coef > 0:
@@ -496,8 +506,8 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
     for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
         t0 = time.time()
         r = rollout(cfg, model, tokenizer, rng.sample(problems, P), G, gen)
-        t1 = time.time()
         A = group_advantages(r["rewards"], scale_by_std=not cfg.no_std).flatten().to(cfg.device)  # [P*G]
+        t1 = time.time()
         mask = r["mask"].float()
         batch = (r["prompt_ids"], r["prompt_mask"], r["resp"], r["mask"])
         with torch.no_grad():
@@ -510,6 +520,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), occurrence, responses, mask.sum(-1).view(P, G),
                                A.view(P, G), cfg.occurrence_apply).flatten()
         stats: dict[str, list[float]] = {}
+        t2 = time.time()
         for _ in range(cfg.epochs):
             for idx in torch.randperm(P * G, generator=gen, device=cfg.device).chunk(cfg.minibatches):
                 logits = response_logits(model, *(x[idx] for x in batch))
@@ -542,7 +553,8 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                "response_length": mask.sum(-1).mean().item(),
                **{k: sum(v) / len(v) for k, v in stats.items()},
                **{k: max(v) for k, v in stats.items() if k.endswith("_max")},
-               "time_rollout": t1 - t0, "time_update": time.time() - t1}
+               "time_rollout": t1 - t0, "time_old_stats": t2 - t1,
+               "time_update": time.time() - t2}
         log.write(json.dumps(row) + "\n")
     log.close()
     return model
@@ -632,8 +644,6 @@ def parse_config(argv: list[str] | None = None) -> Config:
     cfg = Config(**args)
     if cfg.quick:
         cfg = Config(**{**args, **{k: v for k, v in QUICK.items() if args[k] == getattr(Config, k)}})
-    cfg.max_new_tokens = cfg.max_new_tokens or (12 if cfg.task == "countdown" else 1024)
-    cfg.device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     checks = [
         (all(m in METHODS for m in cfg.method_list), f"--methods must be a subset of {sorted(METHODS)}"),
         (cfg.group_size >= 2, "--group-size must be >= 2"),

@@ -312,3 +312,24 @@ def test_aggregations_and_micro_batch_normalisation():
              for i in (0, 3)]
     assert (parts[0] + parts[1]).item() == pytest.approx(tm.item(), abs=1e-12)
     assert torch.allclose(torch.autograd.grad(parts[0] + parts[1], logp)[0], full_grad, atol=1e-14)
+
+
+def test_dual_clip_caps_variance_ratio_loss_and_zeroes_its_gradient():
+    z = torch.tensor([0.0, 0.0, 0.0, 0.0], dtype=torch.float64, requires_grad=True)  # V = 0.75
+    logp0 = torch.log_softmax(z.detach(), -1)[0].item()
+    loss = _one_position(z, 0, logp0, -1.0, "variance", v_old_mean=0.15, dual_clip=3.0)  # rho = 5 > C = 3
+    assert loss.item() == pytest.approx(3.0)
+    loss.backward()
+    assert torch.equal(z.grad, torch.zeros(4, dtype=torch.float64))
+
+
+def test_occurrence_weights_clear_errors():
+    lp = torch.zeros(1, 4)
+    with pytest.raises(ValueError, match="needs responses"):
+        occurrence_weights(lp, "count")
+    with pytest.raises(ValueError, match="needs responses"):
+        occurrence_weights(lp, "token-mean")
+    with pytest.raises(ValueError, match="needs advantages"):
+        occurrence_weights(lp, apply="positive")
+    with pytest.raises(ValueError, match="expected P\\*G"):
+        occurrence_weights(lp, "count", responses=[[1], [2]])
