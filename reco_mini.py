@@ -502,7 +502,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
     rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     P, G, tau = cfg.prompts_per_step, cfg.group_size, cfg.temperature
-    ckpt, log = run_dir / "model.pt", open(run_dir / "log.jsonl", "w")
+    ckpt, log = run_dir / "model.pt", open(run_dir / "log.jsonl", "w", buffering=1)  # line-buffered: a stop keeps every row
     for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
         t0 = time.time()
         r = rollout(cfg, model, tokenizer, rng.sample(problems, P), G, gen)
