@@ -150,35 +150,34 @@ def triton_kernel_bandwidth(hidden, weight, targets, train: bool, repeats: int) 
 def run_worker(args: argparse.Namespace, path: str, mode: str) -> dict:
     cmd = [sys.executable, __file__, "--worker", "--path", path, "--mode", mode, "--device", args.device, "--dtype", args.dtype]
     cmd += ["--T", str(args.T), "--V", str(args.V), "--d", str(args.d), "--repeats", str(args.repeats)]
+    cmd += ["--threads", str(args.threads)] if args.threads else []
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     if proc.returncode != 0:
         return {"path": path, "mode": mode, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def print_table(rows: list[dict], cuda: bool) -> None:
-    mib = 2**20
+def table_header(cuda: bool) -> str:
     head = f"{'path':<13}{'mode':<9}{'time s':>9}{'x naive':>9}{'peak MiB':>11}{'naive/peak':>12}"
     head += f"{'excl. grads MiB':>17}{'naive/excl':>12}"
-    if cuda:
-        head += f"{'kernel GB/s':>13}{'% of 4.8TB/s':>14}"
-    print(head)
-    naive_rows = {r["mode"]: r for r in rows if r["path"] == "naive" and "error" not in r}
-    for r in rows:
-        if "error" in r:
-            print(f"{r['path']:<13}{r['mode']:<9}  failed: {r['error']}")
-            continue
-        ref = naive_rows.get(r["mode"])
-        peak, excl = r["peak_bytes"], r["peak_bytes"] - r["grad_bytes"]
-        line = f"{r['path']:<13}{r['mode']:<9}{r['time_s']:>9.2f}"
-        line += f"{r['time_s'] / ref['time_s']:>9.2f}" if ref else f"{'-':>9}"
-        line += f"{peak / mib:>11.0f}" + (f"{ref['peak_bytes'] / max(peak, 1):>12.1f}" if ref else f"{'-':>12}")
-        ref_excl = ref["peak_bytes"] - ref["grad_bytes"] if ref else 0
-        line += f"{excl / mib:>17.0f}" + (f"{ref_excl / max(excl, 1):>12.1f}" if ref else f"{'-':>12}")
-        if cuda and "kernel_bytes_per_s" in r:
-            bw = r["kernel_bytes_per_s"]
-            line += f"{bw / 1e9:>13.0f}{100 * bw / H200_PEAK_BYTES_PER_S:>13.1f}%"
-        print(line)
+    return head + (f"{'kernel GB/s':>13}{'% of 4.8TB/s':>14}" if cuda else "")
+
+
+def table_row(r: dict, ref: dict | None) -> str:
+    """One row; ratios are against `ref`, the naive row of the same mode and run (if any)."""
+    if "error" in r:
+        return f"{r['path']:<13}{r['mode']:<9}  failed: {r['error']}"
+    mib = 2**20
+    peak, excl = r["peak_bytes"], r["peak_bytes"] - r["grad_bytes"]
+    line = f"{r['path']:<13}{r['mode']:<9}{r['time_s']:>9.2f}"
+    line += f"{r['time_s'] / ref['time_s']:>9.2f}" if ref else f"{'-':>9}"
+    line += f"{peak / mib:>11.0f}" + (f"{ref['peak_bytes'] / max(peak, 1):>12.1f}" if ref else f"{'-':>12}")
+    ref_excl = ref["peak_bytes"] - ref["grad_bytes"] if ref else 0
+    line += f"{excl / mib:>17.0f}" + (f"{ref_excl / max(excl, 1):>12.1f}" if ref else f"{'-':>12}")
+    if "kernel_bytes_per_s" in r:
+        bw = r["kernel_bytes_per_s"]
+        line += f"{bw / 1e9:>13.0f}{100 * bw / H200_PEAK_BYTES_PER_S:>13.1f}%"
+    return line
 
 
 def main() -> None:
@@ -190,12 +189,15 @@ def main() -> None:
     p.add_argument("--V", type=int, default=None)
     p.add_argument("--d", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None, help="timed runs per row (min is reported)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
     p.add_argument("--modes", default="fwd,fwd+bwd")
     p.add_argument("--paths", default=None, help="comma-separated subset of " + ",".join(PATHS))
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--path", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.worker:
         print(json.dumps(worker(args)))
         return
@@ -210,8 +212,13 @@ def main() -> None:
     for args.T, args.V, args.d in shapes:
         print(f"\nT={args.T} V={args.V} d={args.d} {args.dtype} on {args.device} ({torch.get_num_threads()} threads), "
               f"temperature {TEMPERATURE}, min of {args.repeats} run(s)")  # fmt: skip
-        rows = [run_worker(args, path, mode) for mode in args.modes.split(",") for path in paths]
-        print_table(rows, cuda)
+        print(table_header(cuda), flush=True)
+        for mode in args.modes.split(","):
+            ref = None
+            for path in paths:  # naive first, so that each row can be printed as soon as it is measured
+                row = run_worker(args, path, mode)
+                ref = row if path == "naive" and "error" not in row else ref
+                print(table_row(row, ref), flush=True)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ BLOCK = 256  # small vocabulary blocks, so that the test vocabularies span sever
 T = 24  # rows: a few dozen keeps each interpreted Triton call around a second
 LOGIT_RTOL = {torch.float32: 1e-5, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-10}
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+# Triton runs on the GPU when there is one (and no interpreter), else on CPU tensors, interpreted.
+TRITON_DEVICE = "cuda" if torch.cuda.is_available() and not INTERPRETED else "cpu"
 LINEAR_TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 5e-3}
 LINEAR_GRAD_TOL = {torch.float32: 2e-5, torch.bfloat16: 4e-2, torch.float16: 1e-2}
 
@@ -48,6 +50,10 @@ def reference(logits: torch.Tensor, targets: torch.Tensor, temperature: float):
     probs = F.softmax(logits.double() / temperature, dim=-1)
     logp = logp_all.gather(1, targets[:, None]).squeeze(1)
     return logp, 1.0 - probs.square().sum(-1), -(probs * logp_all).sum(-1)
+
+
+def device(backend: str) -> str:
+    return TRITON_DEVICE if backend == "triton" else "cpu"
 
 
 def grad_rtol(backend: str, dtype: torch.dtype) -> float:
@@ -85,11 +91,11 @@ def make_targets(rows: int, vocab: int, seed: int = 1) -> torch.Tensor:
 def assert_stats_close(actual, expected, atol: float, rtol: float) -> None:
     for name, a, e in zip(("logp", "V", "H"), actual, expected, strict=True):
         assert a.dtype == torch.float32 and a.shape == e.shape, name
-        torch.testing.assert_close(a.double(), e, atol=atol, rtol=rtol, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(a.cpu().double(), e, atol=atol, rtol=rtol, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def assert_normwise_close(actual: torch.Tensor, expected: torch.Tensor, rel: float) -> None:
-    err = (actual.double() - expected).abs().max().item()
+    err = (actual.cpu().double() - expected).abs().max().item()
     scale = expected.abs().max().item()
     assert err <= rel * scale + 1e-12, f"max error {err:.3g} > {rel:g} * max |expected| {scale:.3g}"
 
@@ -103,18 +109,19 @@ def assert_normwise_close(actual: torch.Tensor, expected: torch.Tensor, rel: flo
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_token_stats_matches_float64(backend, dtype, temperature, vocab):
     """Forward values, then the gradient w.r.t. the logits through logp only and through H only."""
-    logits, targets = make_logits("normal", T, vocab, dtype).requires_grad_(), make_targets(T, vocab)
-    out = token_stats(logits, targets, temperature, backend=backend, block=BLOCK)
+    logits, targets = make_logits("normal", T, vocab, dtype), make_targets(T, vocab)
+    x = logits.to(device(backend)).requires_grad_()
+    out = token_stats(x, targets.to(x.device), temperature, backend=backend, block=BLOCK)
     ref_logits = logits.detach().double().requires_grad_()
     expected = reference(ref_logits, targets, temperature)
     assert_stats_close(out, tuple(e.detach() for e in expected), atol=1e-5, rtol=1e-5)
 
     coef = upstream_grad(T)
     for which in (0, 2):  # logp, H
-        (grad,) = torch.autograd.grad((coef.float() * out[which]).sum(), logits, retain_graph=True)
+        (grad,) = torch.autograd.grad((coef.float().to(x.device) * out[which]).sum(), x, retain_graph=True)
         (ref,) = torch.autograd.grad((coef * expected[which]).sum(), ref_logits, retain_graph=True)
         assert grad.dtype == dtype
-        torch.testing.assert_close(grad.double(), ref, atol=1e-6, rtol=grad_rtol(backend, dtype))
+        torch.testing.assert_close(grad.cpu().double(), ref, atol=1e-6, rtol=grad_rtol(backend, dtype))
 
 
 @pytest.mark.parametrize("kind", ["all-negative", "huge-positive", "huge-negative", "huge-spread"])
@@ -122,7 +129,8 @@ def test_token_stats_matches_float64(backend, dtype, temperature, vocab):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_token_stats_extreme_logits(backend, dtype, kind):
     logits, targets = make_logits(kind, T, 1031, dtype), make_targets(T, 1031)
-    out = token_stats(logits, targets, 0.6, backend=backend, block=BLOCK)
+    on = device(backend)
+    out = token_stats(logits.to(on), targets.to(on), 0.6, backend=backend, block=BLOCK)
     expected = reference(logits, targets, 0.6)
     assert all(torch.isfinite(x).all() for x in out)
     # |logp| reaches 1e4 / 0.6 for "huge-spread": fp32 carries it to a relative 1e-5 there.
@@ -136,16 +144,17 @@ def test_token_stats_extreme_logits(backend, dtype, kind):
 def test_token_stats_real_vocab(backend, vocab, block):
     """Qwen's and Llama's vocabularies (neither a multiple of the default blocks), T = 4."""
     logits, targets = make_logits("normal", 4, vocab, torch.bfloat16), make_targets(4, vocab)
-    logits.requires_grad_()
+    x = logits.to(device(backend)).requires_grad_()
     coef = torch.randn(2, 4, generator=torch.Generator().manual_seed(2))
-    logp, var, entropy = token_stats(logits, targets, 0.6, backend=backend, block=block)
-    ((coef[0] * logp).sum() + (coef[1] * entropy).sum()).backward()
+    logp, var, entropy = token_stats(x, targets.to(x.device), 0.6, backend=backend, block=block)
+    c = coef.to(x.device)
+    ((c[0] * logp).sum() + (c[1] * entropy).sum()).backward()
 
     ref_logits = logits.detach().double().requires_grad_()
     expected = reference(ref_logits, targets, 0.6)
     ((coef[0] * expected[0]).sum() + (coef[1] * expected[2]).sum()).backward()
     assert_stats_close((logp, var, entropy), tuple(e.detach() for e in expected), atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(logits.grad.double(), ref_logits.grad, atol=1e-6, rtol=grad_rtol(backend, torch.bfloat16))
+    torch.testing.assert_close(x.grad.cpu().double(), ref_logits.grad, atol=1e-6, rtol=grad_rtol(backend, torch.bfloat16))
 
 
 def test_variance_is_stop_gradient_and_matches_reco_mini():
@@ -160,8 +169,8 @@ def test_variance_is_stop_gradient_and_matches_reco_mini():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_opcheck(backend):
     """Schema, fake-tensor and autograd registration of the custom op (torch.library.opcheck)."""
-    logits = make_logits("normal", 8, 300, torch.float32).requires_grad_()
-    targets = make_targets(8, 300)
+    logits = make_logits("normal", 8, 300, torch.float32).to(device(backend)).requires_grad_()
+    targets = make_targets(8, 300).to(logits.device)
     torch.library.opcheck(torch.ops.reco.token_stats.default, (logits, targets, 0.6, backend, BLOCK))
 
 
@@ -193,9 +202,9 @@ LINEAR_CASES = [
 def test_token_stats_linear_matches_float64(backend, dtype, temperature, vocab):
     """Forward values, then the gradients of hidden and W through logp only and through H only."""
     hidden, weight, targets = linear_inputs(vocab, dtype)
-    hidden.requires_grad_()
-    weight.requires_grad_()
-    out = token_stats_linear(hidden, weight, targets, temperature, backend=backend, **LINEAR_CHUNKS[backend])
+    on = device(backend)
+    h, w = hidden.to(on).requires_grad_(), weight.to(on).requires_grad_()
+    out = token_stats_linear(h, w, targets.to(on), temperature, backend=backend, **LINEAR_CHUNKS[backend])
     h64, w64 = hidden.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
     expected = reference(h64 @ w64.T, targets, temperature)
     tol = LINEAR_TOL[dtype]
@@ -203,7 +212,7 @@ def test_token_stats_linear_matches_float64(backend, dtype, temperature, vocab):
 
     coef = upstream_grad(T)
     for which in (0, 2):  # logp, H
-        grads = torch.autograd.grad((coef.float() * out[which]).sum(), (hidden, weight), retain_graph=True)
+        grads = torch.autograd.grad((coef.float().to(on) * out[which]).sum(), (h, w), retain_graph=True)
         refs = torch.autograd.grad((coef * expected[which]).sum(), (h64, w64), retain_graph=True)
         for grad, ref in zip(grads, refs, strict=True):
             assert grad.dtype == dtype

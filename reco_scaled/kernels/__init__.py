@@ -92,7 +92,7 @@ def _token_stats_backward_op(
     log_s1: Tensor,
     entropy: Tensor,
     g_logp: Tensor,
-    g_entropy: Tensor,
+    g_entropy: Tensor | None,
     temperature: float,
     backend: str,
     block: int,
@@ -101,7 +101,7 @@ def _token_stats_backward_op(
 
 
 @_token_stats_backward_op.register_fake
-def _(logits: Tensor, targets: Tensor, m: Tensor, log_s1: Tensor, entropy: Tensor, g_logp: Tensor, g_entropy: Tensor,
+def _(logits: Tensor, targets: Tensor, m: Tensor, log_s1: Tensor, entropy: Tensor, g_logp: Tensor, g_entropy: Tensor | None,
       temperature: float, backend: str, block: int) -> Tensor:  # fmt: skip
     return torch.empty_like(logits)
 
@@ -111,13 +111,15 @@ def _setup_context(ctx, inputs, output) -> None:
     _, _, entropy, m, log_s1 = output
     ctx.save_for_backward(logits, targets, m, log_s1, entropy)
     ctx.args = (temperature, backend, block)
+    ctx.set_materialize_grads(False)  # an unused H arrives as None, and its gradient work is skipped
 
 
 def _backward(ctx, g_logp, g_var, g_entropy, g_m, g_log_s1):
     # V, m and log_s1 are statistics without a gradient: their incoming gradients are ignored.
     logits, targets, m, log_s1, entropy = ctx.saved_tensors
+    if g_logp is None and g_entropy is None:
+        return None, None, None, None, None
     g_logp = torch.zeros_like(m) if g_logp is None else g_logp
-    g_entropy = torch.zeros_like(m) if g_entropy is None else g_entropy
     grad = _token_stats_backward_op(logits, targets, m, log_s1, entropy, g_logp, g_entropy, *ctx.args)
     return grad, None, None, None, None
 
@@ -174,6 +176,7 @@ class _TokenStatsLinear(torch.autograd.Function):
         ctx.save_for_backward(hidden, weight, targets, m, log_s1, entropy)
         ctx.args = (inv_temp, backend, token_chunk, vocab_chunk, block)
         ctx.mark_non_differentiable(var)
+        ctx.set_materialize_grads(False)  # an unused H arrives as None, and its gradient work is skipped
         return logp, var, entropy
 
     @staticmethod
@@ -181,8 +184,9 @@ class _TokenStatsLinear(torch.autograd.Function):
         hidden, weight, targets, m, log_s1, entropy = ctx.saved_tensors
         inv_temp, backend, token_chunk, vocab_chunk, block = ctx.args
         need_hidden, need_weight = ctx.needs_input_grad[:2]
+        if g_logp is None and g_entropy is None:
+            return None, None, None, None, None, None, None
         g_logp = torch.zeros_like(m) if g_logp is None else g_logp
-        g_entropy = torch.zeros_like(m) if g_entropy is None else g_entropy
         impl = _impl(backend)
         acc_dtype = torch.promote_types(hidden.dtype, torch.float32)  # accumulate bf16/fp16 grads in fp32
         grad_hidden = torch.zeros(hidden.shape, dtype=acc_dtype, device=hidden.device) if need_hidden else None
@@ -191,7 +195,8 @@ class _TokenStatsLinear(torch.autograd.Function):
             w = weight[vs]
             acc_weight = torch.zeros(w.shape, dtype=acc_dtype, device=w.device) if need_weight else None
             for ts in _chunks(hidden.shape[0], token_chunk):
-                stats = (m[ts], log_s1[ts], entropy[ts], g_logp[ts], g_entropy[ts])
+                g_ent = None if g_entropy is None else g_entropy[ts]
+                stats = (m[ts], log_s1[ts], entropy[ts], g_logp[ts], g_ent)
                 g = impl.grad_logits(hidden[ts] @ w.T, vs.start, targets[ts], *stats, inv_temp, block)
                 if need_hidden:
                     _accumulate(grad_hidden[ts], g, w)
@@ -221,8 +226,9 @@ def token_stats_linear(
     model's own LM head would) and recomputed in backward; gradients reach hidden and weight
     through logp and H, V is detached.
     """
-    if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[1]:
-        raise ValueError(f"need hidden [T, d] and weight [V, d], got {tuple(hidden.shape)} and {tuple(weight.shape)}")
+    if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[1] or hidden.dtype != weight.dtype:
+        raise ValueError(f"need hidden [T, d] and weight [V, d] of one dtype, got {tuple(hidden.shape)} {hidden.dtype} "
+                         f"and {tuple(weight.shape)} {weight.dtype}")
     _check_inputs(targets, hidden.shape[0], temperature)
     backend = resolve_backend(backend, hidden)
     default_t, default_v = LINEAR_CHUNKS[backend]

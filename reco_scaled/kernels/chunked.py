@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 NEG_INIT = -1e30  # finite start for the running max, so that (m - m') * s1 is 0 and never inf * 0
-TILE_ELEMS = 1 << 20  # elements per fp32 tile (4 MiB), small enough to stay mostly in cache
+TILE_ELEMS = 1 << 23  # elements per fp32 tile (32 MiB): few large ops (cheap on a busy CPU), still tiny next to [T, V]
 DEFAULT_BLOCK = 8192  # vocabulary columns per tile
 
 
@@ -74,7 +74,7 @@ def _update_tile(state: Tensor, logits: Tensor, col0: int, targets: Tensor, inv_
     local, hit = _target_mask(targets, col0, x.shape[1])
     xt += torch.where(hit, x.gather(1, local).squeeze(1), 0.0)
 
-    z = (x - m_new.unsqueeze(1)).mul_(inv_temp)  # the only fp32 temporaries: z and e
+    z = (x - m_new.unsqueeze(1)).mul_(inv_temp)  # fp32 temporaries: z and e (and x for bf16/fp16)
     e = z.exp()
     shift = (m - m_new) * inv_temp
     alpha = shift.exp()
@@ -92,19 +92,23 @@ def grad_logits(
     log_s1: Tensor,
     entropy: Tensor,
     g_logp: Tensor,
-    g_entropy: Tensor,
+    g_entropy: Tensor | None,
     inv_temp: float,
     block: int = DEFAULT_BLOCK,
 ) -> Tensor:
     """d(sum_t g_logp_t logp_t + g_entropy_t H_t) / d logits for logits [n, w], in the logits' dtype.
 
     With log p_v = (x_v - m)/tau - log s1:  d logp_y/dz_v = 1[v=y] - p_v  and  dH/dz_v = -p_v (log p_v + H),
-    where z = x/tau, so d/dx = (1/tau) d/dz.
+    where z = x/tau, so d/dx = (1/tau) d/dz. g_entropy=None means H gets no gradient (skips work).
     """
     n, width = logits.shape
+    tiles = list(_tiles(n, width, block))
+    if len(tiles) == 1:  # the linear path's tiles: no extra copy
+        return _grad_tile(logits, col0, targets, m, log_s1, entropy, g_logp, g_entropy, inv_temp).to(logits.dtype)
     out = torch.empty_like(logits)
-    for rows, cols in _tiles(n, width, block):
-        r = (m[rows], log_s1[rows], entropy[rows], g_logp[rows], g_entropy[rows])
+    for rows, cols in tiles:
+        g_ent = None if g_entropy is None else g_entropy[rows]
+        r = (m[rows], log_s1[rows], entropy[rows], g_logp[rows], g_ent)
         out[rows, cols] = _grad_tile(logits[rows, cols], col0 + cols.start, targets[rows], *r, inv_temp)
     return out
 
@@ -117,13 +121,17 @@ def _grad_tile(
     log_s1: Tensor,
     entropy: Tensor,
     g_logp: Tensor,
-    g_entropy: Tensor,
+    g_entropy: Tensor | None,
     inv_temp: float,
 ) -> Tensor:
+    # grad_v = (1/tau) (g_logp 1[v=y] - p_v (g_logp + g_H (log p_v + H))), in as few passes as possible
     logp = (logits.float() - m.unsqueeze(1)).mul_(inv_temp).sub_(log_s1.unsqueeze(1))
-    p = logp.exp()
-    coef = logp.add_(entropy.unsqueeze(1)).mul_(g_entropy.unsqueeze(1)).add_(g_logp.unsqueeze(1))
-    grad = p.mul_(coef).neg_()  # -p_v (g_logp + g_H (log p_v + H))
+    if g_entropy is None:
+        grad = logp.exp_().mul_((-inv_temp * g_logp).unsqueeze(1))
+    else:
+        p = logp.exp()
+        coef = logp.mul_((-inv_temp * g_entropy).unsqueeze(1))
+        coef.sub_((inv_temp * (g_logp + g_entropy * entropy)).unsqueeze(1))
+        grad = p.mul_(coef)
     local, hit = _target_mask(targets, col0, grad.shape[1])
-    grad.scatter_add_(1, local, torch.where(hit, g_logp, 0.0).unsqueeze(1))  # + g_logp at the target
-    return grad.mul_(inv_temp)
+    return grad.scatter_add_(1, local, torch.where(hit, inv_temp * g_logp, 0.0).unsqueeze(1))

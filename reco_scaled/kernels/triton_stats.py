@@ -6,6 +6,7 @@ logits are read once in the forward pass and once in the backward pass.
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -101,7 +102,8 @@ def update_stats(state: Tensor, logits: Tensor, col0: int, targets: Tensor, inv_
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     n, width = logits.shape
-    _update_stats_kernel[(n,)](logits, logits.stride(0), targets, state, width, col0, inv_temp, BLOCK_V=block)
+    assert state.is_contiguous()
+    _update_stats_kernel[(n,)](logits, logits.stride(0), targets.contiguous(), state, width, col0, inv_temp, BLOCK_V=block)
 
 
 def grad_logits(
@@ -112,18 +114,20 @@ def grad_logits(
     log_s1: Tensor,
     entropy: Tensor,
     g_logp: Tensor,
-    g_entropy: Tensor,
+    g_entropy: Tensor | None,
     inv_temp: float,
     block: int = DEFAULT_BLOCK,
 ) -> Tensor:
     """Gradient w.r.t. logits [n, w] in the logits' dtype; see `chunked.grad_logits`."""
     _check_block(block)
+    if g_entropy is None:
+        g_entropy = torch.zeros_like(g_logp)
     if logits.stride(1) != 1:
         logits = logits.contiguous()
     n, width = logits.shape
     grad = logits.new_empty(n, width)
     _grad_logits_kernel[(n,)](
-        logits, logits.stride(0), grad, grad.stride(0), targets,
+        logits, logits.stride(0), grad, grad.stride(0), targets.contiguous(),
         m.contiguous(), log_s1.contiguous(), entropy.contiguous(), g_logp.contiguous(), g_entropy.contiguous(),
         width, col0, inv_temp, BLOCK_V=block,
     )  # fmt: skip
