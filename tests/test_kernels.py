@@ -137,6 +137,15 @@ def test_token_stats_extreme_logits(backend, dtype, kind):
     assert_stats_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_token_stats_strided_logits(backend):
+    """A column slice of wider logits (a padded vocabulary): rows are further apart than V."""
+    padded, targets = make_logits("normal", T, 1031, torch.bfloat16), make_targets(T, 1000)
+    logits = padded.to(device(backend))[:, :1000]
+    out = token_stats(logits, targets.to(logits.device), 0.6, backend=backend, block=BLOCK)
+    assert_stats_close(out, reference(padded[:, :1000], targets, 0.6), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     "backend,vocab,block",
     [("chunked", 151936, None), ("chunked", 128256, None), ("chunked", 151936, 1000), ("triton", 151936, None)],

@@ -40,8 +40,8 @@ def finish(state: Tensor, inv_temp: float) -> tuple[Tensor, Tensor, Tensor, Tens
     m, s1, s2, sz, xt = state.unbind(1)
     log_s1 = s1.log()
     logp = (xt - m) * inv_temp - log_s1
-    var = 1.0 - s2 / s1.square()
-    entropy = log_s1 - sz / s1
+    var = (1.0 - s2 / s1.square()).clamp_(min=0.0)  # both >= 0; rounding could dip below by ~1e-7
+    entropy = (log_s1 - sz / s1).clamp_(min=0.0)
     return logp, var, entropy, m.clone(), log_s1
 
 
