@@ -18,7 +18,12 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
 
 from reco_scaled import distributed
 
@@ -95,6 +100,23 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, expecte
         print(f"warning: {path} was written by {meta['world_size']} ranks, this run has {d.world_size}: "
               "model, optimizer and data position are restored, per-rank RNG states are not")
     return meta
+
+
+def export_hf(path: Path, model: nn.Module, lm: nn.Module, tokenizer, dtype: torch.dtype, d: distributed.Dist) -> None:
+    """Write the policy as a Hugging Face model directory (for reco_scaled.evaluate and vLLM); all ranks call it.
+
+    model: the (wrapped) PolicyModel; lm: its inner HF model, whose config and save_pretrained are used.
+    """
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0 only
+    state = get_model_state_dict(model, options=options)
+    if d.main:
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        lm.save_pretrained(tmp, state_dict={k.removeprefix("lm."): v.to(dtype) for k, v in state.items()})
+        tokenizer.save_pretrained(tmp)
+        shutil.rmtree(path, ignore_errors=True)
+        tmp.rename(path)
+    distributed.barrier()
 
 
 def _diff(saved: dict, expected: dict) -> str:

@@ -162,9 +162,13 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not of the form key=value")
-        flat[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        flat[key.strip()] = _parse_value(value)
     known = _fields(RunConfig)
+    sections = {k.split(".")[0] for k in known if "." in k}
     for key in flat:
+        if key in sections:
+            raise ConfigError(f"config key '{key}' is a section: set its keys, e.g. "
+                              f"'{next(k for k in known if k.startswith(key + '.'))}'")
         if key not in known:
             raise ConfigError(f"unknown config key '{key}'" + _suggest(key, known))
     for key in REQUIRED:
@@ -260,6 +264,16 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
+
+
+def _parse_value(text: str) -> Any:
+    """An override's value as YAML would read it (3 -> int, true -> bool); text that is not YAML stays text."""
+    if not text.strip():
+        return ""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
 
 
 def _fields(cls: type, prefix: str = "") -> dict[str, type]:

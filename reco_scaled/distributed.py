@@ -69,14 +69,6 @@ def all_max(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def all_gather_objects(obj: object) -> list:
-    if not (dist.is_available() and dist.is_initialized()):
-        return [obj]
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
 def wrap(model: nn.Module, layers: list[nn.Module], parallel: str, d: Dist, trainable: bool = True) -> nn.Module:
     """Move a model to this rank's device and wrap it.
 
@@ -102,9 +94,9 @@ def wrap(model: nn.Module, layers: list[nn.Module], parallel: str, d: Dist, trai
 
 @contextlib.contextmanager
 def gradient_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
-    """Skip the gradient all-reduce / reduce-scatter on all but the last micro-batch."""
-    if enabled or not dist.is_initialized():
-        yield
+    """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP2) on all but the last micro-batch."""
+    if enabled or not hasattr(model, "no_sync") and not hasattr(model, "set_requires_gradient_sync"):
+        yield  # last micro-batch, or a bare model
     elif hasattr(model, "no_sync"):  # DDP
         with model.no_sync():
             yield
@@ -123,6 +115,3 @@ def grad_norm_clip(params: list[nn.Parameter], max_norm: float) -> float:
         norm = norm.full_tensor()
     return float(norm)
 
-
-def unwrap(model: nn.Module) -> nn.Module:
-    return model.module if hasattr(model, "no_sync") else model

@@ -54,6 +54,7 @@ class Trainer:
         ref = PolicyModel(load_reference(model_dir, torch.bfloat16 if self.bf16 else torch.float32),
                           fused=cfg.train.fused_kernel).eval()
         self.ref = distributed.wrap(ref, ref.layers, cfg.train.parallel, d, trainable=False)
+        self.lm = lm
         policy = PolicyModel(lm, fused=cfg.train.fused_kernel)
         self.model = distributed.wrap(policy, policy.layers, cfg.train.parallel, d)
         # last: vLLM checks at start-up that its gpu_memory_utilization share of the GPU is still free
@@ -94,7 +95,7 @@ class Trainer:
         self.scheduler.load_state_dict(meta["scheduler"])
         self.sampler.load_state_dict(meta["sampler"])
         self.step = meta["step"]
-        self.engine.sync_weights(self.model)
+        self.engine.sync_weights(self.lm)
         if d.main:
             now = flatten(dataclasses.asdict(cfg))
             changed = [k for k, v in flatten(meta["config"]).items() if now.get(k) != v]
@@ -129,6 +130,11 @@ class Trainer:
                     if d.main:
                         bar.write(f"saved {path} in {time.perf_counter() - t:.1f} s")
         bar.close()
+        final = cfg.out_dir / "final"
+        checkpoint.export_hf(final, self.model, self.lm, self.tokenizer,
+                             torch.bfloat16 if self.bf16 else torch.float32, d)
+        if d.main:
+            print(f"final policy (Hugging Face format): {final}")
 
     def train_step(self) -> dict:
         cfg, d = self.cfg, self.d
@@ -167,21 +173,23 @@ class Trainer:
                      weights=weights.flatten())
         times["old_stats"], t = time.perf_counter() - t, time.perf_counter()
 
+        lr = self.optimizer.param_groups[0]["lr"]
         update = self._update(batch)
         times["update"], t = time.perf_counter() - t, time.perf_counter()
-        self.engine.sync_weights(self.model)
+        self.engine.sync_weights(self.lm)
         self.scheduler.step()
         self.step += 1
         times["sync"] = time.perf_counter() - t
 
         row = {"step": self.step, **self._rollout_metrics(batch, rewards, entropy, sampler_logp, n_tokens), **update,
-               "lr": self.optimizer.param_groups[0]["lr"]}
+               "lr": lr}
         row.update({f"time_{k}": v for k, v in times.items()}, time_step=sum(times.values()))
         return row
 
     @torch.no_grad()
     def _forward_no_grad(self, model: torch.nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """(log pi, V, H) [B, T] of every rollout, in micro-batches."""
+        model.eval()
         rows = torch.arange(batch["resp"].shape[0], device=self.d.device)
         outs = []
         for chunk in rows.split(self.cfg.train.micro_batch_size):

@@ -31,6 +31,7 @@ def test_tiny_config_loads_and_plans_for_two_ranks():
     (["train.steps=abc"], "train.steps"),  # wrong type
     (["train.micro_batch_size=0"], "train.micro_batch_size"),
     (["algo.occurrence=sometimes"], "algo.occurrence"),
+    (["rollout=hf"], "rollout"),  # a section, not a key
 ])
 def test_bad_override_exits_2_naming_the_key(overrides, key, capsys):
     assert main(["--config", str(TINY), *overrides]) == 2

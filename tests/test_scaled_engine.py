@@ -64,11 +64,11 @@ def test_sync_weights_changes_greedy_generations(setup):
     tok, lm, _ = setup
     engine = HFEngine(copy.deepcopy(lm), eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id)
     before = engine.generate(PROMPTS, 1, temperature=0, max_new_tokens=8).response_ids
-    trained = PolicyModel(copy.deepcopy(lm))  # the trainer's wrapper: its keys carry an "lm." prefix
+    trained = copy.deepcopy(lm)
     with torch.no_grad():
         for p in trained.parameters():
             p.add_(0.5 * torch.randn_like(p))
-    expected = HFEngine(copy.deepcopy(trained.lm), eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id)
+    expected = HFEngine(copy.deepcopy(trained), eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id)
     engine.sync_weights(trained)
     after = engine.generate(PROMPTS, 1, temperature=0, max_new_tokens=8).response_ids
     assert after == expected.generate(PROMPTS, 1, temperature=0, max_new_tokens=8).response_ids

@@ -135,6 +135,23 @@ def test_micro_batch_size_does_not_change_gradients():
         torch.testing.assert_close(g1, g2, rtol=1e-5, atol=1e-7)
 
 
+def test_gradient_checkpointing_does_not_change_gradients():
+    from reco_scaled.loss import StatSums
+    from reco_scaled.model import PolicyModel
+    from reco_scaled.trainer import accumulate_gradients
+
+    grads = []
+    for checkpointing in (False, True):
+        lm, b = make_case()
+        if checkpointing:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy = PolicyModel(lm).train()
+        accumulate_gradients(policy, config("reco-token-mean"), b, torch.arange(B), StatSums(), 1)
+        grads.append([p.grad for p in lm.parameters()])
+    for g1, g2 in zip(*grads):
+        torch.testing.assert_close(g1, g2, rtol=1e-5, atol=1e-7)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     worker(sys.argv[1])

@@ -94,6 +94,11 @@ def test_kill_and_resume_gives_identical_metrics(tmp_path):
     resumed = run(out, "train.steps=4", "checkpoint.every=2")  # resume: auto
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
     assert [metrics(r) for r in resumed] == [metrics(r) for r in straight]
+    # the exported final policies (Hugging Face format) are identical too
+    from safetensors.torch import load_file
+
+    a, b = (load_file(tmp_path / run / "final" / "model.safetensors") for run in ("straight", "killed"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path, capsys):

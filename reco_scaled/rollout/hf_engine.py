@@ -113,11 +113,11 @@ class HFEngine(RolloutEngine):
 
     @torch.no_grad()
     def sync_weights(self, model: nn.Module) -> None:
-        """Copy the trainer's weights into the engine's model; all ranks call it together.
-
-        model: an HF causal LM or a PolicyModel (whose "lm." key prefix is dropped), plain, DDP or FSDP2.
-        """
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-        self.model.load_state_dict({k.removeprefix("lm."): v for k, v in state.items()})
+        """Copy the trainer's HF model (plain, or with FSDP2-sharded parameters) into the engine's, one
+        tensor at a time; all ranks call this together (each FSDP2 shard is all-gathered in turn)."""
+        own = self.model.state_dict()
+        theirs = model.state_dict()
+        if own.keys() != theirs.keys():
+            raise ValueError(f"sync_weights: parameter names differ, e.g. {sorted(own.keys() ^ theirs.keys())[:3]}")
+        for name, tensor in theirs.items():
+            own[name].copy_(tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor)
