@@ -620,7 +620,7 @@ def plot(results: dict, path: Path) -> None:
 # Plumbing: CLI, data files, the cached base policy, main.
 # =============================================================================
 
-QUICK = dict(n_train=64, n_test=16, sft_steps=150, sft_batch=64, steps=4, prompts_per_step=8, n_eval=32)
+QUICK = dict(n_train=64, n_test=16, hidden=48, layers=2, sft_steps=100, sft_batch=64, steps=4, prompts_per_step=8, n_eval=32)
 
 
 class OneLineParser(argparse.ArgumentParser):

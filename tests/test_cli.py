@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "reco_mini.py")
 
 
-def run(args, cwd, timeout=300):
+def run(args, cwd, timeout=900):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, SCRIPT, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=env)
