@@ -110,9 +110,12 @@ def export_hf(path: Path, model: nn.Module, lm: nn.Module, tokenizer, dtype: tor
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0 only
     state = get_model_state_dict(model, options=options)
     if d.main:
+        # gathered copies of tied weights (lm_head = embed_tokens) are no longer shared: keep each parameter once
+        names = {n for n, _ in lm.named_parameters()} | {n for n, _ in lm.named_buffers()}
+        state = {k.removeprefix("lm."): v.to(dtype) for k, v in state.items() if k.removeprefix("lm.") in names}
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        lm.save_pretrained(tmp, state_dict={k.removeprefix("lm."): v.to(dtype) for k, v in state.items()})
+        lm.save_pretrained(tmp, state_dict=state)
         tokenizer.save_pretrained(tmp)
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)

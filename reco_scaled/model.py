@@ -39,7 +39,8 @@ class PolicyModel(nn.Module):
         hidden = self.lm.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
         hidden = hidden[:, prompt_ids.shape[1] - 1: -1]  # [B, T, d]: the positions that predict resp
         head = self.lm.get_output_embeddings().weight
-        return token_stats(hidden, head, resp, resp_mask, temperature, self.fused)
+        logp, v, entropy = token_stats(hidden, head, resp, resp_mask, temperature, self.fused)
+        return logp.clone(), v, entropy  # not a view: FSDP2 hooks the outputs of a wrapped module for backward
 
 
 def load_lm(cfg: RunConfig, d: distributed.Dist) -> tuple[nn.Module, object, str]:

@@ -113,3 +113,19 @@ def test_checkpoint_of_another_model_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "was written for a different model" in err and "Refusing to start from scratch" in err
     assert len(rows(tmp_path / "run")) == 1  # the log of the original run is untouched
+
+
+def test_math_task_runs_on_a_tiny_random_model(tmp_path):
+    """task: math wiring: reco_scaled.data loading and prompts, reco_mini.grade_answer rewards."""
+    from reco_mini import char_tokenizer, tiny_model
+
+    tok = char_tokenizer()
+    tiny_model(tok, hidden=32, layers=1).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n"
+                            for a, b in [(1, 2), (3, 4), (10, 5), (7, 7)]))
+    out = run(tmp_path / "run", "task=math", f"model.path={tmp_path / 'model'}", f"data.train={data}",
+              "data.template=plain", "train.steps=1", "train.prompts_per_step=2", "train.micro_batch_size=4",
+              "rollout.max_new_tokens=6")
+    assert out[0]["step"] == 1 and out[0]["reward_mean"] == 0.0 and out[0]["response_length"] > 0
