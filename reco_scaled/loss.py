@@ -39,10 +39,12 @@ def token_stats(hidden: Tensor, head_weight: Tensor, targets: Tensor, mask: Tens
                 token_entropy(logits, temperature))
     from reco_scaled.kernels import token_stats_linear  # lazy: only with train.fused_kernel
 
-    sel = mask.bool()
-    h = hidden[sel]  # [N, d]: only real response tokens
-    with torch.autocast(hidden.device.type, enabled=False):
-        logp, v, ent = token_stats_linear(h, head_weight.to(h.dtype), targets[sel], temperature)
+    sel, device = mask.bool(), hidden.device.type
+    # the LM head in the autocast dtype (bf16 on GPU), as the naive path's F.linear runs; stats are fp32
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    h = hidden[sel].to(dtype)  # [N, d]: only real response tokens
+    with torch.autocast(device, enabled=False):
+        logp, v, ent = token_stats_linear(h, head_weight.to(dtype), targets[sel], temperature)
     out = [torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device) for _ in range(3)]
     out[0] = out[0].masked_scatter(sel, logp)
     out[1][sel], out[2][sel] = v, ent.detach()

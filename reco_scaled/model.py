@@ -7,6 +7,8 @@ model, SFT-ed by reco_mini.sft and cached as a model directory under runs/cache/
 """
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -34,7 +36,7 @@ class PolicyModel(nn.Module):
 
         prompt_ids/prompt_mask: [B, L] left-padded; resp/resp_mask: [B, T] right-padded.
         """
-        ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
+        ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask.long()], 1)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         hidden = self.lm.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
         hidden = hidden[:, prompt_ids.shape[1] - 1: -1]  # [B, T, d]: the positions that predict resp
@@ -96,7 +98,10 @@ def build_tiny_countdown(cfg: RunConfig, path: Path) -> None:
         torch.manual_seed(mc.seed)
         model = tiny_model(tokenizer, mc.hidden, mc.layers)
         sft(mc, model, tokenizer, set(splits["test"]) | set(splits["val"]))
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    tmp.replace(path)  # atomic: a half-written directory is never picked up
+    if path_ready(path):  # another process built it meanwhile
+        shutil.rmtree(tmp)
+    else:
+        tmp.replace(path)  # atomic: a half-written directory is never picked up
