@@ -375,11 +375,14 @@ def claims(summary: dict) -> list[str]:
                    f"= {fmt(d, signed=True)} and {ci_words(d)}.{gap}")
         d1 = paired[f"reco - {REFERENCE}"]["pass_at_k"]["1"]
         verdict = {1: "ReCo raises Pass@1 above GRPO's", -1: "ReCo gives back part of GRPO's Pass@1",
-                   0: "Pass@1 is matched within the CI"}[ci_sign(d1)]
+                   0: "Pass@1 is not distinguishable from GRPO's at this number of seeds"}[ci_sign(d1)]
         out.append(f"**Pass@1.** {verdict}: {pk('reco', '1')} for ReCo and {pk(REFERENCE, '1')} for GRPO; ReCo − GRPO = "
                    f"{fmt(d1, signed=True)} and {ci_words(d1)}.")
     fixes = {p.split(" - ")[0]: r for p, r in paired.items() if p.split(" - ")[0] != "base"}
-    if fixes:
+    if set(fixes) <= {"reco"}:
+        out.append("**Which fix does the work.** Not answered yet: no single-fix variant (reco-response, reco-token, "
+                   "...) was run in this study.")
+    else:
         ranked = sorted(fixes, key=lambda name: -fixes[name]["pass_at_k"][k]["mean"])
         up = [f"{name} ({fmt(fixes[name]['pass_at_k'][k], signed=True)})" for name in ranked
               if ci_sign(fixes[name]["pass_at_k"][k]) == 1]
