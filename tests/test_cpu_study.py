@@ -150,12 +150,13 @@ def test_divergence_flags():
     assert cpu_study.divergence([], "error: non-finite loss")["diverged"]
 
 
-def synthetic_summary(base: list[float], grpo: list[float], reco: list[float]) -> dict:
-    """A summary with Pass@1 and Pass@256 per seed for base, grpo and reco (Pass@1 is the same for all)."""
+def synthetic_summary(base: list[float], grpo: list[float], reco: list[float], **more: list[float]) -> dict:
+    """A summary with Pass@1 and Pass@256 per seed for base, grpo, reco and any `more` variants (Pass@1 is the
+    same for all)."""
     runs = {name: {s: {"pass@1": 0.3, "pass@256": x} for s, x in enumerate(vals)}
-            for name, vals in (("base", base), ("grpo", grpo), ("reco", reco))}
+            for name, vals in (("base", base), ("grpo", grpo), ("reco", reco), *more.items())}
     paired = {f"{n} - grpo": cpu_study.measure_stats({s: {k: x - runs["grpo"][s][k] for k, x in m.items()}
-                                                      for s, m in runs[n].items()}) for n in ("base", "reco")}
+                                                      for s, m in runs[n].items()}) for n in runs if n != "grpo"}
     return {"variants": {n: cpu_study.measure_stats(r) for n, r in runs.items()}, "paired_differences": paired,
             "stability": {}, "ks": [1, 256]}
 
@@ -163,7 +164,12 @@ def synthetic_summary(base: list[float], grpo: list[float], reco: list[float]) -
 def test_claims_follow_the_numbers():
     text = " ".join(cpu_study.claims(synthetic_summary([0.95, 0.94, 0.96], [0.80, 0.82, 0.81], [0.90, 0.91, 0.89])))
     assert "Concentration is reproduced" in text and "ReCo recovers coverage" in text
-    assert "Pass@1 is matched within the CI" in text and "are reco (+0.090" in text
-    text = " ".join(cpu_study.claims(synthetic_summary([0.80, 0.90, 0.70], [0.81, 0.82, 0.80], [0.70, 0.72, 0.71])))
+    assert "Pass@1 is not distinguishable from GRPO's" in text
+    assert "Not answered yet: no single-fix variant" in text  # only reco was run: the question was not asked
+    text = " ".join(cpu_study.claims(synthetic_summary([0.95, 0.94, 0.96], [0.80, 0.82, 0.81], [0.90, 0.91, 0.89],
+                                                       **{"reco-token": [0.85, 0.86, 0.84]})))
+    assert "are reco (+0.090" in text and "reco-token (+0.040" in text
+    text = " ".join(cpu_study.claims(synthetic_summary([0.80, 0.90, 0.70], [0.81, 0.82, 0.80], [0.70, 0.72, 0.71],
+                                                       **{"reco-token": [0.70, 0.72, 0.71]})))
     assert "Concentration is not established at this budget" in text and "ReCo loses coverage" in text
     assert "no variant's Pass@256 difference to GRPO has a 95% CI above zero" in text
