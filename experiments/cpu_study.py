@@ -59,8 +59,11 @@ KS = (1, 4, 16, 64, 256)
 SCALARS = ("mean_accuracy", "distinct_correct", "solved_any")
 FINAL_STEPS = 5  # entropy_final and kl_base_final average the last 5 logged steps
 COLLAPSE_WINDOW = 10  # reward collapse: last 10-step mean < 50% of the best 10-step mean
-TRAJECTORY_KEYS = ("reward_mean", "entropy", "kl_base", "rho_mean", "rho_max", "w_min", "w_max",
-                   "clip_frac_low", "clip_frac_high", "grad_norm")
+TRAJECTORY_KEYS = {  # logged key -> plot title
+    "reward_mean": "training reward", "kl_base": "KL to the base (k3)", "entropy": "token entropy",
+    "grad_norm": "grad norm (before clipping)", "rho_mean": "ρ mean (variance ratio)", "rho_max": "ρ max",
+    "w_min": "w min (occurrence weight)", "w_max": "w max", "clip_frac_low": "clip fraction, low side",
+    "clip_frac_high": "clip fraction, high side"}
 BEGIN, END = "<!-- cpu-study:begin -->", "<!-- cpu-study:end -->"
 # two-sided 95% Student t quantiles t_{0.975, df} for df = 1..30
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -133,6 +136,17 @@ def trajectories(logs: dict[int, list[dict]]) -> dict[str, list[float]]:
     return out
 
 
+def extremes(logs: dict[int, list[dict]], grad_clip: float) -> dict[str, float | None]:
+    """Over every seed and logged step: the largest rho, the mean grad norm (each step logs the mean over its updates)
+    and the share of steps whose grad norm exceeded grad_clip."""
+    rows = [row for log in logs.values() for row in log]
+    rho = [row["rho_max"] for row in rows if "rho_max" in row]
+    norms = [row["grad_norm"] for row in rows if "grad_norm" in row]
+    return {"rho_max": max(rho) if rho else None,
+            "grad_norm_mean": sum(norms) / len(norms) if norms else None,
+            "grad_clip_active_frac": sum(g > grad_clip for g in norms) / len(norms) if norms else None}
+
+
 # =============================================================================
 # Running one (variant, seed)
 # =============================================================================
@@ -203,7 +217,8 @@ def run_all(todo: list[tuple[str, int, Path]], flags: list[str], jobs: int, thre
         load_context(flags)  # train and cache the SFT base here, once, rather than in every worker at the same time
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init_worker,
                                  initargs=(flags, threads)) as pool:
-            futures = [pool.submit(_run_task, v, s, flags, d) for v, s, d in todo]
+            longest_first = sorted(todo, key=lambda t: VARIANTS[t[0]][0] is None)  # the short base runs fill the tail
+            futures = [pool.submit(_run_task, v, s, flags, d) for v, s, d in longest_first]
             for future in as_completed(futures):
                 future.result()
                 bar.update()
@@ -232,15 +247,15 @@ def aggregate(runs: dict[str, dict[int, dict]], logs: dict[str, dict[int, list[d
             diff = {s: {k: None if x is None or measures[REFERENCE][s][k] is None else x - measures[REFERENCE][s][k]
                         for k, x in measures[v][s].items()} for s in seeds}
             paired[f"{v} - {REFERENCE}"] = measure_stats(diff)
+    shared = rm.parse_config([*flags, "--seed", "0"])
     stability = {}
     for v, by_seed in logs.items():
         if VARIANTS[v][0] is None:
             continue
         flags_per_seed = {s: divergence(log, runs[v][s]["stopped"]) for s, log in by_seed.items()}
-        stability[v] = {"trajectories": trajectories(by_seed), "divergence": flags_per_seed,
-                        "n_diverged": sum(f["diverged"] for f in flags_per_seed.values())}
+        stability[v] = {"trajectories": trajectories(by_seed), "extremes": extremes(by_seed, shared.grad_clip),
+                        "divergence": flags_per_seed, "n_diverged": sum(f["diverged"] for f in flags_per_seed.values())}
     per_run = {v: {s: r["wall_time_s"] for s, r in by_seed.items()} for v, by_seed in runs.items()}
-    shared = rm.parse_config([*flags, "--seed", "0"])
     return {
         "study": {
             "variants": {v: {"method": VARIANTS[v][0], "flags": VARIANTS[v][1]} for v in runs},
@@ -282,7 +297,7 @@ def finite_or_none(obj):
 
 
 def plot(summary: dict, path: Path) -> None:
-    """Pass@k with 95% CI bands, the paired difference to GRPO, and four training trajectories."""
+    """Pass@k with 95% CI bands, the paired difference to GRPO, and every training trajectory."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -290,7 +305,7 @@ def plot(summary: dict, path: Path) -> None:
     from matplotlib.ticker import MaxNLocator
     from PIL import Image
 
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    fig, axes = plt.subplots(3, 4, figsize=(20, 12))
     colors = {v: plt.cm.tab10(i % 10) for i, v in enumerate(summary["variants"])}
 
     def band(ax, name: str, stats: dict) -> None:
@@ -314,11 +329,11 @@ def plot(summary: dict, path: Path) -> None:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("k (samples)")
         ax.grid(alpha=0.3)
-    for ax, key in zip(axes.flat[2:], ("reward_mean", "kl_base", "entropy", "rho_max")):
+    for ax, (key, title) in zip(axes.flat[2:], TRAJECTORY_KEYS.items()):
         for name, stab in summary["stability"].items():
             if key in stab["trajectories"]:
                 ax.plot(stab["trajectories"][key], color=colors[name], label=name, lw=1)
-        ax.set(xlabel="RL step", title=f"{key} (mean over seeds)")
+        ax.set(xlabel="RL step", title=f"{title} (mean over seeds)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
@@ -392,7 +407,7 @@ def claims(summary: dict) -> list[str]:
                        f"The {SINGLE_FIXES[singles[0]]} fix alone does not measurably raise")
             verdict += f" Pass@{k} over GRPO"
             if "reco" in v and ci_sign(diff("reco")) == 1:
-                verdict += f"; only the two together do (ReCo − GRPO = {fmt(diff('reco'), signed=True)})"
+                verdict += f"; only the two together clear zero (ReCo − GRPO = {fmt(diff('reco'), signed=True)})"
         else:
             verdict = " and ".join(f"the {SINGLE_FIXES[name]} fix" for name in up) + f" alone raise{'s' * (len(up) == 1)} " \
                       f"Pass@{k} over GRPO"
@@ -414,8 +429,22 @@ def claims(summary: dict) -> list[str]:
                 f"{', '.join(str(s) for s, f in st['divergence'].items() if f['diverged'])})"
                 for name, st in summary["stability"].items() if st["n_diverged"]]
     out.append(f"**Stability.** Diverged seeds (non-finite value, non-finite stop, or reward collapse > 50%): "
-               f"{', '.join(diverged) if diverged else 'none'}.")
+               f"{', '.join(diverged) if diverged else 'none'}.{swap_words(summary)}")
     return out
+
+
+def swap_words(summary: dict) -> str:
+    """What the ratio swap did to rho and the gradient norm, GRPO against ReCo ("" if either is missing)."""
+    st = summary["stability"]
+    if not {"reco", REFERENCE} <= set(st):
+        return ""
+    cfg = summary["study"]["config"]
+    g, r = st[REFERENCE]["extremes"], st["reco"]["extremes"]
+    rho = "" if r["rho_max"] is None else (f" ReCo's largest ρ over all seeds and steps was {r['rho_max']:.2f} "
+                                           f"(cap {cfg['variance_cap']:g}).")
+    return (f"{rho} Mean gradient norm before clipping: {g['grad_norm_mean']:.2f} for GRPO and {r['grad_norm_mean']:.2f} "
+            f"for ReCo; a step's mean norm exceeded the clip ({cfg['grad_clip']:g}) on {g['grad_clip_active_frac']:.0%} "
+            f"and {r['grad_clip_active_frac']:.0%} of their logged steps.")
 
 
 def render_readme(summary: dict, image: str = "results/cpu_study.png") -> str:
@@ -436,7 +465,8 @@ def render_readme(summary: dict, image: str = "results/cpu_study.png") -> str:
         f"{cfg['prompts_per_step']} prompts × G = {cfg['group_size']}, lr {cfg['lr']}, the same for every variant. "
         f"{len(study['seeds'])} seeds; one SFT base (seed 0), so seeds vary the RL run and the evaluation sampling, not "
         f"the base. Cells are mean ± 95% CI over seeds (t-distribution). Entropy and KL to the base are the mean of the "
-        f"last {FINAL_STEPS} RL steps. Compute: {summary['wall_time_s']['total'] / 60:.1f} min over all runs.",
+        f"last {FINAL_STEPS} RL steps. Compute: {summary['wall_time_s']['total'] / 60:.1f} min summed over the runs "
+        f"(runs overlap under --jobs).",
         "",
         "| variant " + head, rule,
     ]

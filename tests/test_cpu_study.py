@@ -66,6 +66,9 @@ def test_schema(study):
         assert ("rho_mean" in traj) == ("rho_max" in traj) == (name == "reco")  # GRPO has no variance ratio
         assert all(len(v) == steps for v in traj.values())
         assert set(stab["divergence"]) == {"0", "1"} and stab["n_diverged"] == 0
+        ext = stab["extremes"]
+        assert (ext["rho_max"] is None) == (name == "grpo") and ext["grad_norm_mean"] >= 0  # quick: often all A = 0
+        assert 0 <= ext["grad_clip_active_frac"] <= 1
         assert all(isinstance(f["diverged"], bool) and f["stopped"] is None for f in stab["divergence"].values())
     per_run = s["wall_time_s"]["per_run"]
     assert set(per_run) == set(s["variants"]) and s["wall_time_s"]["total"] > 0
@@ -150,6 +153,13 @@ def test_divergence_flags():
     assert cpu_study.divergence([], "error: non-finite loss")["diverged"]
 
 
+def test_extremes_by_hand():
+    logs = {0: [{"grad_norm": 0.5, "rho_max": 2.0}, {"grad_norm": 1.5, "rho_max": 4.0}],
+            1: [{"grad_norm": 2.0, "rho_max": 3.0}, {"grad_norm": 1.0, "rho_max": 1.0}]}
+    assert cpu_study.extremes(logs, 1.0) == {"rho_max": 4.0, "grad_norm_mean": 1.25, "grad_clip_active_frac": 0.5}
+    assert cpu_study.extremes({0: [{"grad_norm": 0.2}]}, 1.0)["rho_max"] is None  # GRPO logs no rho
+
+
 def synthetic_summary(base: list[float], grpo: list[float], reco: list[float], **more: list[float]) -> dict:
     """A summary with Pass@1 and Pass@256 per seed for base, grpo, reco and any `more` variants (Pass@1 is the
     same for all)."""
@@ -181,7 +191,8 @@ def test_claims_follow_the_numbers():
     summary["paired_differences"]["reco+apply-positive - grpo"]["pass_at_k"]["1"] = cpu_study.summarize(
         [-0.05, -0.04, -0.06])  # Pass@1 below GRPO's on every seed
     text = " ".join(cpu_study.claims(summary))
-    assert "Neither fix alone measurably raises Pass@256 over GRPO; only the two together do (ReCo − GRPO = +0.090" in text
+    assert ("Neither fix alone measurably raises Pass@256 over GRPO; only the two together clear zero "
+            "(ReCo − GRPO = +0.090") in text
     assert "above zero: reco+apply-positive (`--occurrence-apply positive`, +0.100" in text
     assert "CI below zero: reco+apply-positive (-0.050" in text
     assert "With 4 variants compared to GRPO at 95% each, about 0.2" in text
