@@ -200,3 +200,11 @@ def test_claims_follow_the_numbers():
                                                        **{"reco-token": [0.70, 0.72, 0.71]})))
     assert "Concentration is not established at this budget" in text and "ReCo loses coverage" in text
     assert "The token-level fix alone does not measurably raise Pass@256" in text
+
+
+def test_committed_readme_block_is_generated_from_the_committed_json():
+    summary = json.loads((ROOT / "results" / "cpu_study.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index(cpu_study.BEGIN) + len(cpu_study.BEGIN): readme.index(cpu_study.END)]
+    rerun = "rerun: python experiments/cpu_study.py --write-readme README.md"
+    assert block.strip() == cpu_study.render_readme(summary).strip(), rerun
