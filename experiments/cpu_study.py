@@ -409,9 +409,8 @@ def claims(summary: dict) -> list[str]:
             if "reco" in v and ci_sign(diff("reco")) == 1:
                 verdict += f"; only the two together clear zero (ReCo − GRPO = {fmt(diff('reco'), signed=True)})"
         else:
-            verdict = " and ".join(f"the {SINGLE_FIXES[name]} fix" for name in up) + f" alone raise{'s' * (len(up) == 1)} " \
-                      f"Pass@{k} over GRPO"
-            verdict = verdict[0].upper() + verdict[1:]
+            fixes = " and the ".join(f"{SINGLE_FIXES[name]} fix" for name in up)
+            verdict = f"The {fixes} alone raise{'s' * (len(up) == 1)} Pass@{k} over GRPO"
         parts = "; ".join(f"{name} − GRPO = {fmt(diff(name), signed=True)} ({ci_words(diff(name))})" for name in singles)
         out.append(f"**Which fix does the work.** {verdict}: at Pass@{k}, {parts}.")
     switches = [name for name in v if name not in ("base", REFERENCE, "reco", *SINGLE_FIXES)]
