@@ -263,3 +263,9 @@ def grade_answer(response: str, gold: str) -> bool:
     worker.start()
     worker.join(_TIMEOUT_S)
     return result == [True]
+
+
+def grade_group(responses: list[str], gold: str) -> tuple[int, int]:
+    """(correct responses, distinct correct responses) for one problem; each distinct text is graded once."""
+    verdict = {text: grade_answer(text, gold) for text in set(responses)}
+    return sum(verdict[t] for t in responses), len({t.strip() for t, ok in verdict.items() if ok})

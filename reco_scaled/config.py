@@ -7,6 +7,7 @@ and micro-batches; rank 0 prints it at start-up.
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from reco_mini import METHODS
+from reco_mini import METHODS, LossConfig, loss_config
 
 
 class ConfigError(ValueError):
@@ -49,19 +50,8 @@ class DataConfig:  # task: math
 
 
 @dataclass
-class AlgoConfig:  # the reco_mini flags (DESIGN 3.1-3.4)
+class AlgoConfig(LossConfig):  # reco_mini's loss settings (their help: python reco_mini.py --help) and the method
     method: str = "reco"
-    occurrence: str = ""  # "" = the method's own; sequence | token-mean | count | none
-    occurrence_apply: str = "all"
-    token_ratio: str = ""  # "" = the method's own; is | variance | variance-old
-    variance_cap: float = 10.0
-    variance_norm: str = "batch"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: float = 0.0
-    kl_coef: float = 0.0
-    no_std: bool = False
-    aggregation: str = "token-mean"
 
 
 @dataclass
@@ -119,10 +109,9 @@ class RunConfig:
         return Path(self.out or f"runs/{self.name}")
 
     @property
-    def terms(self) -> tuple[str, str]:
-        """(occurrence mode, token ratio) after the method's defaults and the overrides."""
-        occurrence, token_ratio = METHODS[self.algo.method]
-        return self.algo.occurrence or occurrence, self.algo.token_ratio or token_ratio
+    def loss(self) -> LossConfig:
+        """The loss settings of algo.method with the algo keys set on top (reco_mini.loss_config)."""
+        return loss_config(self.algo, self.algo.method)
 
 
 # Keys a config file must set: they define the run and have no sensible default.
@@ -133,18 +122,13 @@ CHOICES = {
     "task": ("countdown", "math"),
     "model.precision": ("bf16", "fp32"),
     "data.template": ("qwen-boxed", "chat", "plain"),
-    "algo.method": tuple(METHODS),
-    "algo.occurrence": ("", "sequence", "token-mean", "count", "none"),
-    "algo.occurrence_apply": ("all", "positive"),
-    "algo.token_ratio": ("", "is", "variance", "variance-old"),
-    "algo.variance_norm": ("batch", "none"),
-    "algo.aggregation": ("token-mean", "seq-mean-token-mean"),
+    "algo.method": tuple(METHODS),  # the other algo keys are checked by reco_mini.LossConfig
     "rollout.engine": ("hf", "vllm"),
     "train.parallel": ("ddp", "fsdp2"),
 }
 POSITIVE = ("rollout.max_new_tokens", "rollout.engine_batch_size", "rollout.temperature", "train.steps",
             "train.prompts_per_step", "train.epochs", "train.minibatches", "train.micro_batch_size", "train.lr",
-            "algo.clip_low", "algo.clip_high", "algo.variance_cap", "checkpoint.keep", "data.max_prompt_tokens")
+            "checkpoint.keep", "data.max_prompt_tokens")
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
@@ -193,6 +177,9 @@ def validate(cfg: RunConfig) -> None:
     for key in POSITIVE:
         if not get(cfg, key) > 0:
             raise ConfigError(f"config key '{key}' must be > 0, got {get(cfg, key)!r}")
+    for name, ok, message in LossConfig.checks(cfg.algo):
+        if not ok:
+            raise ConfigError(f"config key 'algo.{name}' {message}, got {getattr(cfg.algo, name)!r}")
     if cfg.rollout.group_size < 2:
         raise ConfigError("config key 'rollout.group_size' must be >= 2 (group-relative advantages)")
     if not cfg.name:
@@ -290,6 +277,8 @@ def _fields(cls: type, prefix: str = "") -> dict[str, type]:
 
 
 def _coerce(key: str, value: Any, tp: type) -> Any:
+    if typing.get_origin(tp) is types.UnionType:  # float | None: null is None, anything else the float
+        return None if value is None else _coerce(key, value, typing.get_args(tp)[0])
     if tp is float and isinstance(value, str):  # YAML 1.1 reads 1e-6 (no dot) as a string
         try:
             return float(value)

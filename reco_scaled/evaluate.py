@@ -8,7 +8,7 @@
 Per problem it writes one line {benchmark, id, n, c, distinct_correct} to ``<out>/counts.jsonl`` as soon as
 the problem is graded, so Pass@k for any k <= n can be recomputed later (``--from-counts``, ``summarize``)
 and an interrupted run resumes where it stopped: problems already in counts.jsonl are not sampled again.
-Grading runs in a process pool (``reco_mini.grade_answer``, which bounds its own time per comparison)
+Grading runs in a process pool (``reco_grader.grade_group``, which bounds its own time per comparison)
 while the engine samples the next problems. The Pass@k estimator is ``reco_mini.pass_at_k``.
 """
 from __future__ import annotations
@@ -24,7 +24,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from reco_mini import grade_answer, pass_at_k
+from reco_grader import grade_group
+from reco_io import format_table, plot_pass_at_k
+from reco_mini import default_ks, pass_at_k
 from reco_scaled.data import BENCHMARKS, TEMPLATES, DataError, build_prompt, load_benchmark, load_problems
 from reco_scaled.rollout.base import RolloutEngine
 
@@ -63,12 +65,6 @@ class EvalConfig:
 
 # -- grading and counts -----------------------------------------------------------------------------
 
-def grade_group(responses: list[str], gold: str) -> tuple[int, int]:
-    """(correct responses, distinct correct responses) for one problem; each distinct text is graded once."""
-    verdict = {text: grade_answer(text, gold) for text in set(responses)}
-    return sum(verdict[t] for t in responses), len({t.strip() for t, ok in verdict.items() if ok})
-
-
 def read_counts(path: str | Path) -> list[dict]:
     """The rows of a counts.jsonl; a truncated last line (an interrupted write) is ignored."""
     path = Path(path)
@@ -92,11 +88,6 @@ def read_counts(path: str | Path) -> list[dict]:
             raise DataError(f"{path}:{lineno}: need 0 <= c <= n and n >= 1, got n={row['n']} c={row['c']}")
         rows.append(row)
     return rows
-
-
-def default_ks(n: int) -> list[int]:
-    """1, 2, 4, ... up to n, and n itself."""
-    return sorted({2**i for i in range(n.bit_length()) if 2**i <= n} | {n})
 
 
 def _stats(rows: list[dict], ks: list[int]) -> dict:
@@ -135,20 +126,6 @@ def summarize(rows: Iterable[dict], ks: list[int] | None = None) -> dict[str, di
             **{key: avg(key) for key in ("mean_accuracy", "distinct_correct", "solved_any")},
         }
     return out
-
-
-def format_table(summary: dict[str, dict], title: str = "") -> str:
-    """Rows k (and the extra statistics), columns benchmarks (and the average)."""
-    cols = list(summary)
-    width = max(10, *(len(c) + 2 for c in cols))
-    head = f"{'pass@k':<10}" + "".join(f"{c:>{width}}" for c in cols)
-    lines = [title, head] if title else [head]
-    for k in next(iter(summary.values()))["pass_at_k"]:
-        lines.append(f"{k:<10}" + "".join(f"{summary[c]['pass_at_k'][k]:>{width}.4f}" for c in cols))
-    for key, label in (("mean_accuracy", "mean acc"), ("distinct_correct", "distinct"), ("solved_any", "solved")):
-        lines.append(f"{label:<10}" + "".join(f"{summary[c][key]:>{width}.4f}" for c in cols))
-    lines.append(f"{'problems':<10}" + "".join(f"{summary[c]['n_problems']:>{width}d}" for c in cols))
-    return "\n".join(lines)
 
 
 # -- sampling ---------------------------------------------------------------------------------------
@@ -223,9 +200,9 @@ def _grading_pool(workers: int) -> Executor:
     if workers <= 0:
         return _InlineExecutor()
     # forkserver: workers start from a clean process (never a fork of one holding CUDA or vLLM state),
-    # and reco_mini (torch, sympy) is imported once in the server instead of once per worker.
+    # and only reco_grader (sympy, no torch) is imported, once in the server instead of once per worker.
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["reco_mini"])
+    ctx.set_forkserver_preload(["reco_grader"])
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
@@ -385,8 +362,6 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         print("\n" + format_table(summary, f"== {run} ({runs[run]})"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
-    from reco_scaled.plots import plot_pass_at_k
-
     plot = plot_pass_at_k(summaries, out / "pass_at_k.png", title="Pass@k: " + " vs ".join(summaries))
     print(f"\nwrote {out / 'summary.json'} and {plot}")
     return summaries

@@ -2,8 +2,8 @@
 
 `collate` pads a Rollout into tensors and `take` cuts a micro-batch out of them.
 
-`token_stats` dispatches between the naive path (full logits, then reco_mini.token_logprobs and
-reco_mini.variance_stat) and the fused kernel (reco_scaled.kernels.token_stats_linear, which never
+`token_stats` dispatches between the naive path (full logits, then reco_mini.token_logprobs,
+reco_mini.variance_stat and reco_mini.token_entropy) and the fused kernel (reco_scaled.kernels.token_stats_linear, which never
 holds [T, V] logits). `micro_loss` calls reco_mini.policy_loss with the mini-batch normaliser that
 the trainer fixed, and all-reduced, before its micro-batch loop. `StatSums` turns per-micro-batch
 statistics into exact global means and maxima.
@@ -14,16 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from reco_mini import policy_loss, token_logprobs, variance_stat
+from reco_mini import policy_loss, token_entropy, token_logprobs, variance_stat
 from reco_scaled import distributed
 from reco_scaled.config import RunConfig
 from reco_scaled.rollout.base import Rollout
-
-
-def token_entropy(logits: Tensor, temperature: float) -> Tensor:
-    """Entropy of softmax(logits / tau) per position (a diagnostic only). [..., V] -> [...]"""
-    logp = F.log_softmax(logits.detach().float() / temperature, dim=-1)
-    return -(logp.exp() * logp).sum(-1)
 
 
 def token_stats(hidden: Tensor, head_weight: Tensor, targets: Tensor, mask: Tensor, temperature: float,
@@ -54,13 +48,7 @@ def token_stats(hidden: Tensor, head_weight: Tensor, targets: Tensor, mask: Tens
 def micro_loss(cfg: RunConfig, logp: Tensor, v: Tensor, batch: dict[str, Tensor], num_tokens: Tensor,
                num_seqs: Tensor) -> tuple[Tensor, dict[str, float]]:
     """reco_mini.policy_loss on one micro-batch, normalised by the whole (global) mini-batch."""
-    a = cfg.algo
-    return policy_loss(
-        logp, batch["old_logp"], batch["advantages"], batch["mask"], token_ratio=cfg.terms[1],
-        weights=batch["weights"], v=v, v_old=batch["v_old"], v_old_mean=batch["v_old_mean"],
-        clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip, variance_cap=a.variance_cap,
-        ref_logp=batch.get("ref_logp"), kl_coef=a.kl_coef, aggregation=a.aggregation,
-        num_tokens=num_tokens, num_seqs=num_seqs)
+    return policy_loss(logp, batch, cfg.loss, v, num_tokens=num_tokens, num_seqs=num_seqs)
 
 
 class StatSums:

@@ -1,6 +1,6 @@
 """Training problems, their prompts, the reward, and the data position.
 
-task: countdown uses reco_mini's problems (make_splits), prompt and verifier (countdown_reward).
+task: countdown uses reco_countdown's problems (make_splits) and reco_mini's prompt and reward.
 task: math reads problems with reco_scaled.data.load_problems, formats them with
 reco_scaled.data.build_prompt and grades with reco_mini.grade_answer (through reco_mini.reward).
 """
@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from reco_mini import make_splits, prompt_text, reward
+from reco_countdown import make_splits
+from reco_mini import prompt_text, reward
 from reco_scaled.config import RunConfig
 
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from reco_mini import group_advantages, occurrence_weights
+from reco_mini import focal_scale, group_advantages, k3, occurrence_weights
 from reco_scaled import checkpoint, distributed
 from reco_scaled.config import RunConfig, batch_plan, describe, flatten
 from reco_scaled.loss import StatSums, collate, micro_loss, take
@@ -160,15 +160,15 @@ class Trainer:
         ref_logp = self._forward_no_grad(self.ref, batch)[0]
         mask = batch["mask"]
         n_tokens = distributed.all_sum(mask.sum().double())
-        if cfg.algo.variance_norm == "batch":
+        loss_cfg = cfg.loss
+        if loss_cfg.variance_norm == "batch":
             batch["v_old_mean"] = (distributed.all_sum((v_old * mask).sum().double()) / n_tokens).float()
         else:
             batch["v_old_mean"] = torch.tensor(1.0, device=d.device)
-        advantages = group_advantages(rewards, scale_by_std=not cfg.algo.no_std).to(d.device)  # [Pr, G]
-        occurrence = cfg.terms[0]
-        responses = [" ".join(s.split()) for s in texts] if occurrence == "count" else ro.response_ids
-        weights = occurrence_weights((old_logp * mask).sum(-1).view(Pr, G), occurrence, responses,
-                                     mask.sum(-1).view(Pr, G), advantages, cfg.algo.occurrence_apply)
+        focal = focal_scale(rewards, loss_cfg.focal_gamma)[:, None]  # 1 unless algo.focal_gamma (F-GRPO)
+        advantages = (group_advantages(rewards, scale_by_std=not loss_cfg.no_std) * focal).to(d.device)  # [Pr, G]
+        weights = occurrence_weights((old_logp * mask).sum(-1).view(Pr, G), loss_cfg.occurrence, ro.response_ids,
+                                     mask.sum(-1).view(Pr, G), advantages, loss_cfg.occurrence_apply)
         batch.update(old_logp=old_logp, v_old=v_old, ref_logp=ref_logp, advantages=advantages.flatten(),
                      weights=weights.flatten())
         times["old_stats"], t = time.perf_counter() - t, time.perf_counter()
@@ -224,14 +224,14 @@ class Trainer:
                          n_tokens: Tensor) -> dict[str, float]:
         """Global rollout statistics: sums all-reduced, then divided by global counts."""
         mask, A, w = batch["mask"], batch["advantages"], batch["weights"]
-        q = (batch["ref_logp"] - batch["old_logp"]) * mask  # 0 on padding, so exp(q) stays finite
+        kl = torch.where(mask.bool(), k3(batch["old_logp"], batch["ref_logp"]), 0.0)  # padding may hold inf
         lengths = mask.sum(-1)
         sums = distributed.all_sum(torch.stack([
             rewards.sum(), torch.tensor(float(rewards.numel())), (rewards.max(1).values > 0).sum(),
             torch.tensor(float(rewards.shape[0])),
         ]).double().to(self.d.device)).tolist()
         tok = distributed.all_sum(torch.stack([
-            A.abs().sum(), (A != 0).sum().float(), w.sum(), (entropy * mask).sum(), (q.exp() - q - 1).sum(),
+            A.abs().sum(), (A != 0).sum().float(), w.sum(), (entropy * mask).sum(), kl.sum(),
             ((sampler_logp - batch["old_logp"]).abs() * mask).sum(),
         ]).double()).tolist()
         top = distributed.all_max(torch.stack([w.max(), -w.min(), lengths.max()]).double()).tolist()

@@ -19,13 +19,21 @@ def run(args, cwd, timeout=900):
 
 @pytest.mark.parametrize("args, needle", [
     (["--bogus"], "unrecognized arguments"),
-    (["--group-size", "1"], "--group-size"),
+    (["--group-size", "1"], "--group-size must be >= 2"),
     (["--clip-low", "0"], "--clip-low"),
     (["--clip-high", "-0.1"], "--clip-high"),
     (["--n-eval", "8", "--ks", "1,16"], "--ks"),
     (["--methods", "grpo,ppo"], "--methods"),
     (["--lr", "fast"], "invalid float value"),
     (["--task", "math"], "--model and --data"),
+    (["--temperature", "0"], "--temperature must be > 0"),
+    (["--temperature", "-1"], "--temperature must be > 0"),
+    (["--steps", "-1"], "--steps must be >= 1"),
+    (["--steps", "0"], "--steps must be >= 1"),
+    (["--occurrence", "sometimes"], "--occurrence must be one of ['sequence', 'token-mean', 'count', 'none']"),
+    (["--token-ratio", "ppo"], "--token-ratio must be one of ['is', 'variance', 'variance-old']"),
+    (["--focal-gamma", "-1"], "--focal-gamma must be >= 0"),
+    (["--task", "math", "--model", "m", "--data", "/nonexistent/train.jsonl"], "/nonexistent/train.jsonl: no such file"),
 ])
 def test_bad_flags_give_one_line_and_exit_2(capsys, args, needle):
     from reco_mini import parse_config
@@ -37,29 +45,69 @@ def test_bad_flags_give_one_line_and_exit_2(capsys, args, needle):
     assert len(lines) == 1 and needle in lines[0]
 
 
+def test_a_config_built_in_code_is_validated():
+    from reco_mini import Config, ConfigError, LossConfig
+
+    with pytest.raises(ConfigError, match="--temperature must be > 0"):
+        Config(temperature=0.0)
+    with pytest.raises(ConfigError, match="--token-ratio must be one of"):
+        LossConfig(token_ratio="ppo")
+    assert Config(quick=True).out == "runs/quick" and Config().out == "runs/default"
+
+
+def test_every_flag_has_help_text():
+    from dataclasses import fields
+
+    from reco_mini import Config
+
+    assert all(f.metadata.get("help") for f in fields(Config))
+
+
 def test_bad_flag_exit_code_of_the_real_program(tmp_path):
     proc = run(["--group-size", "1"], tmp_path, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["reco_mini.py: error: --group-size must be >= 2"]
 
 
-def test_malformed_jsonl_names_file_line_and_field(tmp_path):
-    from reco_mini import load_jsonl
+def test_model_that_cannot_be_loaded_is_one_line_and_exit_2(tmp_path):
+    proc = run(["--model", str(tmp_path / "nonexistent"), "--steps", "1"], tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"reco_mini.py: error: --model {tmp_path / 'nonexistent'}: cannot load it")
+    assert "Traceback" not in proc.stderr
 
+
+def test_malformed_jsonl_names_file_line_and_field(tmp_path):
     data = tmp_path / "probs.jsonl"
-    data.write_text('{"problem": "1+1", "answer": "2"}\n\n{"problem": "2+2"}\n')
-    with pytest.raises(SystemExit, match=r"probs.jsonl:3: missing or non-scalar field 'answer'"):
-        load_jsonl(str(data))
-    data.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": \n')
-    with pytest.raises(SystemExit, match=r"probs.jsonl:2: not valid JSON"):
-        load_jsonl(str(data))
+    for text, needle in [('{"problem": "1+1", "answer": "2"}\n\n{"problem": "2+2"}\n', "probs.jsonl:3: missing field 'answer'"),
+                         ('{"problem": "1+1", "answer": "2"}\n{"problem": \n', "probs.jsonl:2: not valid JSON")]:
+        data.write_text(text)
+        proc = run(["--task", "math", "--model", "unused", "--data", str(data)], tmp_path, timeout=300)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert needle in proc.stderr.strip().splitlines()[-1]
+
+
+def test_math_held_out_split_is_fixed_and_disjoint(tmp_path):
+    from reco_io import math_splits
+
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(10)))
+    a, b = math_splits(str(data)), math_splits(str(data))
+    assert [p["id"] for p in a["test"]] == [p["id"] for p in b["test"]] and len(a["test"]) == 2
+    assert not {p["id"] for p in a["train"]} & {p["id"] for p in a["test"]} and len(a["train"]) == 8
+    held = tmp_path / "held.jsonl"
+    held.write_text(json.dumps({"problem": "9+9", "answer": "18"}) + "\n")
+    c = math_splits(str(data), str(held))
+    assert len(c["train"]) == 10 and [p["problem"] for p in c["test"]] == ["9+9"]
 
 
 @pytest.mark.slow
 def test_quick_pipeline_end_to_end(tmp_path):
-    proc = run(["--quick", "--out", "runs/q"], tmp_path)
+    proc = run(["--quick"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((tmp_path / "runs/q/results.json").read_text())
+    results = json.loads((tmp_path / "runs/quick/results.json").read_text())  # --quick never overwrites runs/default
+    assert not (tmp_path / "runs/default").exists()
+    assert results["methods"]["base"]["pass_at_k"]["32"] > 0  # the smoke run's base solves something
     assert set(results["methods"]) == {"base", "grpo", "reco"}
     n = results["config"]["n_eval"]
     for res in results["methods"].values():
@@ -69,9 +117,9 @@ def test_quick_pipeline_end_to_end(tmp_path):
         assert all(0.0 <= a <= b <= 1.0 for a, b in zip(curve, curve[1:]))  # Pass@k is monotone in k
         assert res["pass_at_k"]["1"] == pytest.approx(res["mean_accuracy"])
         assert 0.0 <= res["solved_any"] <= 1.0 and res["distinct_correct"] >= 0.0
-    assert (tmp_path / "runs/q/pass_at_k.png").stat().st_size > 1000
+    assert (tmp_path / "runs/quick/pass_at_k.png").stat().st_size > 1000
     for method in ("grpo", "reco"):
-        rows = [json.loads(x) for x in (tmp_path / f"runs/q/{method}/log.jsonl").read_text().splitlines()]
+        rows = [json.loads(x) for x in (tmp_path / f"runs/quick/{method}/log.jsonl").read_text().splitlines()]
         assert len(rows) == results["config"]["steps"]
         for key in ("reward_mean", "w_min", "w_max", "clip_frac_low", "clip_frac_high", "kl_base", "entropy",
                     "grad_norm", "v_old_mean", "time_rollout"):
@@ -83,7 +131,7 @@ def test_quick_pipeline_end_to_end(tmp_path):
 def test_math_path_on_tiny_random_qwen2(tmp_path):
     import torch
 
-    from reco_mini import char_tokenizer, tiny_model
+    from reco_countdown import char_tokenizer, tiny_model
 
     torch.manual_seed(0)
     tok = char_tokenizer()
@@ -105,6 +153,7 @@ def test_math_path_on_tiny_random_qwen2(tmp_path):
 def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     import torch
 
+    import reco_countdown
     import reco_mini
 
     calls = {"n": 0}
@@ -117,10 +166,10 @@ def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, mo
 
     monkeypatch.setattr(reco_mini, "policy_loss", loss_that_turns_nan)
     cfg = reco_mini.parse_config(["--quick", "--steps", "12"])
-    tok = reco_mini.char_tokenizer()
+    tok = reco_countdown.char_tokenizer()
     torch.manual_seed(0)
-    model, base = reco_mini.tiny_model(tok, 32, 2), reco_mini.tiny_model(tok, 32, 2)
-    problems = reco_mini.make_splits(cfg)["train"]
+    model, base = reco_countdown.tiny_model(tok, 32, 2), reco_countdown.tiny_model(tok, 32, 2)
+    problems = reco_countdown.make_splits(cfg)["train"]
     with pytest.raises(SystemExit, match=r"non-finite loss or gradient in grpo at step 10; last good checkpoint kept at"):
         reco_mini.train_rl(cfg, "grpo", model, base, tok, problems, tmp_path)
     state = torch.load(tmp_path / "model.pt", weights_only=True)

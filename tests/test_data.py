@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import reco_countdown
 import reco_mini
 from reco_scaled.data import BENCHMARKS, DataError, build_prompt, load_benchmark, load_problems
 
@@ -107,7 +108,7 @@ def test_qwen_boxed_template_is_exact():
 
 
 def test_chat_and_plain_templates():
-    tok = reco_mini.char_tokenizer()
+    tok = reco_countdown.char_tokenizer()
     with pytest.raises(ValueError, match="chat template"):
         build_prompt(tok, "q", "chat")
     tok.chat_template = ("{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}\n{% endfor %}"

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import reco_countdown
 import reco_mini
 from reco_scaled.data import DataError, load_problems
 from reco_scaled.evaluate import (
@@ -161,8 +162,8 @@ def test_cli_rejects_incomplete_arguments():
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A random 2-layer Qwen2 with the character tokenizer, saved with save_pretrained."""
     torch.manual_seed(0)
-    tok = reco_mini.char_tokenizer()
-    model = reco_mini.tiny_model(tok, hidden=32, layers=2)
+    tok = reco_countdown.char_tokenizer()
+    model = reco_countdown.tiny_model(tok, hidden=32, layers=2)
     path = tmp_path_factory.mktemp("tiny")
     model.save_pretrained(path)
     tok.save_pretrained(path)
@@ -185,7 +186,7 @@ def test_hf_sampler_passes_temperature_top_p_and_stop_tokens(tiny_model_dir):
 
 
 def test_stop_tokens_include_im_end_for_the_qwen_template():
-    tok = reco_mini.char_tokenizer()
+    tok = reco_countdown.char_tokenizer()
     assert stop_token_ids(tok, "qwen-boxed") == [tok.eos_token_id]
     tok.add_special_tokens({"additional_special_tokens": ["<|im_end|>"]})
     im_end = tok.convert_tokens_to_ids("<|im_end|>")

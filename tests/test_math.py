@@ -8,7 +8,16 @@ import pytest
 import sympy
 import torch
 
-from reco_mini import group_advantages, occurrence_weights, pass_at_k, policy_loss, variance_stat
+from reco_mini import LossConfig, group_advantages, occurrence_weights, pass_at_k, policy_loss, variance_stat
+
+
+def loss_of(logp, old_logp, advantages, mask, *, v=None, num_tokens=None, num_seqs=None, weights=None, v_old=None,
+            v_old_mean=None, ref_logp=None, **settings):
+    """reco_mini.policy_loss from loose tensors and loss settings (the tests' shorthand)."""
+    batch = {"old_logp": old_logp, "advantages": advantages, "mask": mask, "weights": weights, "v_old": v_old,
+             "v_old_mean": v_old_mean, "ref_logp": ref_logp}
+    cfg = LossConfig(**{"token_ratio": "is", **settings})
+    return policy_loss(logp, batch, cfg, v, num_tokens=num_tokens, num_seqs=num_seqs)
 
 # ----------------------------------------------------------------------------- Pass@k
 
@@ -142,7 +151,7 @@ def test_variance_stat_matches_float64_sum_of_p_one_minus_p(tau):
 def _one_position(z, y, logp_old, A, token_ratio, v_old_mean=0.5, **kw):
     logp = torch.log_softmax(z, -1)[y].view(1, 1)
     v = variance_stat(z.detach()).view(1, 1)
-    loss, _ = policy_loss(logp, torch.tensor([[logp_old]], dtype=z.dtype), torch.tensor([A], dtype=z.dtype),
+    loss, _ = loss_of(logp, torch.tensor([[logp_old]], dtype=z.dtype), torch.tensor([A], dtype=z.dtype),
                           torch.ones(1, 1), token_ratio=token_ratio, v=v, v_old=v, v_old_mean=v_old_mean, **kw)
     return loss
 
@@ -155,7 +164,7 @@ def test_grpo_gradient_on_policy_is_reinforce_gradient():
     y = torch.randint(V, (B, T))
     A = torch.tensor([1.5, -0.5, 0.7], dtype=torch.float64)
     logp = torch.log_softmax(z, -1).gather(-1, y[..., None]).squeeze(-1)
-    loss, _ = policy_loss(logp, logp.detach(), A, torch.ones(B, T))
+    loss, _ = loss_of(logp, logp.detach(), A, torch.ones(B, T))
     loss.backward()
     pi = torch.softmax(z.detach(), -1)
     reference = -A[:, None, None] * (torch.nn.functional.one_hot(y, V) - pi) / (B * T)
@@ -231,7 +240,7 @@ def test_variance_old_equals_variance_on_policy():
     for mode in ("variance", "variance-old"):
         zz = z.clone().requires_grad_(True)
         logp = torch.log_softmax(zz, -1).gather(-1, y[..., None]).squeeze(-1)
-        loss, _ = policy_loss(logp, logp.detach(), A, torch.ones(B, T), token_ratio=mode, v=vs, v_old=vs,
+        loss, _ = loss_of(logp, logp.detach(), A, torch.ones(B, T), token_ratio=mode, v=vs, v_old=vs,
                               v_old_mean=vs.mean())
         loss.backward()
         out[mode] = (loss.item(), zz.grad)
@@ -251,7 +260,7 @@ def test_reco_with_every_term_off_is_grpo_bit_for_bit():
     for weights in (None, occurrence_weights(torch.randn(B // 2, 2), "none").flatten()):
         zz = z.clone().requires_grad_(True)
         logp = torch.log_softmax(zz, -1).gather(-1, y[..., None]).squeeze(-1)
-        loss, _ = policy_loss(logp, old, A, mask, token_ratio="is", weights=weights)
+        loss, _ = loss_of(logp, old, A, mask, token_ratio="is", weights=weights)
         loss.backward()
         results.append((loss, zz.grad))
     assert torch.equal(results[0][0], results[1][0])
@@ -281,7 +290,7 @@ def test_dual_clip_caps_negative_advantage_loss():
     logp = torch.tensor([[0.0, 0.0]], dtype=torch.float64)
     old = torch.tensor([[-3.0, -0.05]], dtype=torch.float64)  # ratios e^3 ~ 20.1 and ~1.05
     A = torch.tensor([-1.0], dtype=torch.float64)
-    loss, _ = policy_loss(logp, old, A, torch.ones(1, 2), dual_clip=3.0)
+    loss, _ = loss_of(logp, old, A, torch.ones(1, 2), dual_clip=3.0)
     r2 = math.exp(0.05)
     assert loss.item() == pytest.approx((3.0 + max(r2, 0.8)) / 2)  # token 1: min(20.1, 3) * 1; token 2 unclipped
 
@@ -289,7 +298,7 @@ def test_dual_clip_caps_negative_advantage_loss():
 def test_k3_kl_term_value():
     logp = torch.tensor([[-1.0, -2.0]], dtype=torch.float64)
     ref = torch.tensor([[-1.5, -1.0]], dtype=torch.float64)
-    loss_kl, _ = policy_loss(logp, logp, torch.zeros(1, dtype=torch.float64), torch.ones(1, 2), ref_logp=ref, kl_coef=0.1)
+    loss_kl, _ = loss_of(logp, logp, torch.zeros(1, dtype=torch.float64), torch.ones(1, 2), ref_logp=ref, kl_coef=0.1)
     expected = sum(math.exp(q) - q - 1 for q in (-0.5, 1.0)) / 2 * 0.1
     assert loss_kl.item() == pytest.approx(expected)
 
@@ -302,13 +311,13 @@ def test_aggregations_and_micro_batch_normalisation():
     A = torch.randn(B, dtype=torch.float64)
     mask = torch.tensor([[1] * t + [0] * (T - t) for t in (5, 3, 1, 4, 2, 5)], dtype=torch.float64)
     per_token = -torch.min((logp - old).exp() * A[:, None], (logp - old).exp().clamp(0.8, 1.2) * A[:, None])
-    tm, _ = policy_loss(logp, old, A, mask)
+    tm, _ = loss_of(logp, old, A, mask)
     assert tm.item() == pytest.approx(((per_token * mask).sum() / mask.sum()).item())
-    sm, _ = policy_loss(logp, old, A, mask, aggregation="seq-mean-token-mean")
+    sm, _ = loss_of(logp, old, A, mask, aggregation="seq-mean-token-mean")
     assert sm.item() == pytest.approx(((per_token * mask).sum(1) / mask.sum(1)).mean().item())
     # Two micro-batches with the global token count sum to the full-batch loss and gradient.
     full_grad = torch.autograd.grad(tm, logp)[0]
-    parts = [policy_loss(logp[i:i + 3], old[i:i + 3], A[i:i + 3], mask[i:i + 3], num_tokens=mask.sum())[0]
+    parts = [loss_of(logp[i:i + 3], old[i:i + 3], A[i:i + 3], mask[i:i + 3], num_tokens=mask.sum())[0]
              for i in (0, 3)]
     assert (parts[0] + parts[1]).item() == pytest.approx(tm.item(), abs=1e-12)
     assert torch.allclose(torch.autograd.grad(parts[0] + parts[1], logp)[0], full_grad, atol=1e-14)

@@ -102,4 +102,5 @@ def test_paper_config_loads_and_divides_evenly_on_8_gpus(path):
     header = path.read_text().split("\nname:")[0]
     assert "torchrun --standalone --nproc_per_node=8" in header and "Fixed by the paper" in header
     if cfg.algo.method == "reco":
-        assert cfg.terms == ("count", "variance") and "Occurrence variant" in header
+        loss = cfg.loss
+        assert (loss.occurrence, loss.token_ratio) == ("count", "variance") and "Occurrence variant" in header

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from reco_mini import char_tokenizer, policy_loss, response_logits, tiny_model, token_logprobs, variance_stat
+from reco_countdown import char_tokenizer, tiny_model
+from reco_mini import policy_loss, response_logits, token_logprobs, variance_stat
 from reco_scaled.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,12 +65,7 @@ def reference_grads(case: str) -> dict[str, torch.Tensor]:
     cfg = config(case)
     lm, b = make_case()
     logits = response_logits(lm, b["prompt_ids"], b["prompt_mask"], b["resp"], b["mask"].long())
-    a = cfg.algo
-    loss, _ = policy_loss(
-        token_logprobs(logits, b["resp"]), b["old_logp"], b["advantages"], b["mask"], token_ratio=cfg.terms[1],
-        weights=b["weights"], v=variance_stat(logits.detach()), v_old=b["v_old"], v_old_mean=b["v_old_mean"],
-        clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip, ref_logp=b["ref_logp"], kl_coef=a.kl_coef,
-        aggregation=a.aggregation)
+    loss, _ = policy_loss(token_logprobs(logits, b["resp"]), b, cfg.loss, variance_stat(logits.detach()))
     loss.backward()
     return {"lm." + n: p.grad for n, p in lm.named_parameters()}
 

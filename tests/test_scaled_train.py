@@ -102,7 +102,7 @@ def test_kill_and_resume_gives_identical_metrics(tmp_path):
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path, capsys):
-    from reco_mini import char_tokenizer, tiny_model
+    from reco_countdown import char_tokenizer, tiny_model
 
     run(tmp_path / "run", "train.steps=1")
     other = tmp_path / "other-model"
@@ -117,7 +117,7 @@ def test_checkpoint_of_another_model_is_refused(tmp_path, capsys):
 
 def test_math_task_runs_on_a_tiny_random_model(tmp_path):
     """task: math wiring: reco_scaled.data loading and prompts, reco_mini.grade_answer rewards."""
-    from reco_mini import char_tokenizer, tiny_model
+    from reco_countdown import char_tokenizer, tiny_model
 
     tok = char_tokenizer()
     tiny_model(tok, hidden=32, layers=1).save_pretrained(tmp_path / "model")

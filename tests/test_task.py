@@ -4,19 +4,17 @@ from pathlib import Path
 
 import torch
 
-from reco_mini import (
+from reco_countdown import (
     FORMS,
-    Config,
     Problem,
     char_tokenizer,
     countdown_reward,
     countdown_value,
     make_problem,
     make_splits,
-    response_logits,
-    sample,
     tiny_model,
 )
+from reco_mini import Config, response_logits, sample
 
 
 def test_countdown_verifier_table():

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from reco_mini import SFT_FORM_PRIOR, group_advantages, occurrence_weights, policy_loss, variance_stat  # noqa: E402
+from reco_countdown import SFT_FORM_PRIOR  # noqa: E402
+from reco_mini import LossConfig, group_advantages, occurrence_weights, policy_loss, variance_stat  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 
@@ -90,8 +91,9 @@ def update_scale(p: float, p_old: float, v_old_mean: float, vocab: int = 8, adva
     for mode in ("is", "variance"):
         z = logits_for(p).requires_grad_(True)
         logp = torch.log_softmax(z, -1)[0].view(1, 1)
-        loss, _ = policy_loss(logp, old_logp, torch.tensor([advantage], dtype=torch.float64), torch.ones(1, 1),
-                              token_ratio=mode, v=variance_stat(z.detach()).view(1, 1), v_old_mean=v_old_mean)
+        batch = {"old_logp": old_logp, "advantages": torch.tensor([advantage], dtype=torch.float64),
+                 "mask": torch.ones(1, 1), "v_old_mean": v_old_mean}
+        loss, _ = policy_loss(logp, batch, LossConfig(token_ratio=mode), variance_stat(z.detach()).view(1, 1))
         loss.backward()
         out[f"grad_norm_{mode}"] = z.grad.norm().item()
     return out
