@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import random
 import re
 from dataclasses import dataclass
@@ -194,3 +195,10 @@ def load_base(cfg, tokenizer, exclude: set[Problem]):
         return model
     reco_io.save_atomic(sft(cfg, model, tokenizer, exclude).state_dict(), path)
     return model
+
+
+def solving_forms(problem: Problem) -> set[int]:
+    """The indices of the FORMS that solve `problem` with some order of its numbers."""
+    orders = itertools.permutations(problem.numbers)
+    return {f for a, b, c in orders for f, form in enumerate(FORMS)
+            if countdown_value(form.format(a=a, b=b, c=c)) == problem.target}
