@@ -1,5 +1,5 @@
 """grade_answer: a table of answer pairs, math-verify as a second opinion, adversarial strings, and the time bound
-in thread and process pools (DESIGN.md section 3.6, issue 4)."""
+in thread and process pools (docs/design.md section 3.6, issue 4)."""
 from __future__ import annotations
 
 import multiprocessing
@@ -270,7 +270,7 @@ MATH_VERIFY_DIFFERS: dict[tuple[str, str], str] = {
     (B("(1,2)"), "1,2"): "an ordered pair or open interval is not the list of two solutions; math-verify treats "
     "(1,2) as the interval and compares it with the set {1,2} as equal",
     (B("1,1,2"), "1,2,2"): "lists compare as multisets (a double root counts twice); math-verify compares sets",
-    ("First \\boxed{3}, but on reflection \\boxed{4}.", "4"): "the last \\boxed{} is the answer (DESIGN 5); "
+    ("First \\boxed{3}, but on reflection \\boxed{4}.", "4"): "the last \\boxed{} is the answer (design 6); "
     "math-verify takes the first one",
     ("The answer is 5.", "5"): "no \\boxed{} means no answer (the boxed prompt template asks for one); "
     "math-verify falls back to the last number in the text",

@@ -1,4 +1,4 @@
-"""reco_scaled.kernels against an independent float64 reference (DESIGN.md sections 3.6 and 5).
+"""reco_scaled.kernels against an independent float64 reference (docs/design.md sections 3.6 and 6).
 
 Every backend is compared with log_softmax / softmax in float64 on the same input values, never
 with another backend. The Triton backend runs for real under TRITON_INTERPRET=1 (set by

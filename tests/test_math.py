@@ -1,4 +1,4 @@
-"""reco_mini's math against independent references (DESIGN.md section 3.6)."""
+"""reco_mini's math against independent references (docs/design.md section 3.6)."""
 import itertools
 import math
 import random
@@ -68,7 +68,7 @@ def test_equal_rewards_give_zero_advantage_not_nan():
 
 
 def _weights_reference(probs_of_group, G):
-    """DESIGN 3.2 written out in plain Python, independent of the project's code."""
+    """design 3.2 written out in plain Python, independent of the project's code."""
     inv_m = [1.0 / (1.0 + (G - 1) * p) for p in probs_of_group]
     return [G * x / sum(inv_m) for x in inv_m]
 

@@ -1,0 +1,161 @@
+"""docs/design.md against the files that cite it.
+
+The code, tests, tutorial and README cite the design document by section number, in these forms:
+
+    docs/design.md section 3.2        docs/design.md sections 3.6 and 6        `docs/design.md` §4
+    (design 2)        design 3.2, 3.4        docs/design.md §3.3–3.4        `docs/design.md` §3.4 and §3.6
+
+Every cited section must exist as a numbered heading of docs/design.md ("## 3. ...", "### 3.2 ..."), and so
+must every "section N" or "§N" that docs/design.md cites of itself. No file may cite a design file that is not
+in the repository: a path ending in design.md (any case) must exist, and the old spec's name, DESIGN (in
+capitals, with or without .md), is allowed only if a DESIGN.md exists at the root. The checker is tested on
+synthetic files first, so that a passing run on the repository means something.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DESIGN = ROOT / "docs" / "design.md"
+SELF = Path(__file__).resolve().relative_to(ROOT).as_posix()  # its docstring and synthetic cases cite on purpose
+
+NUM = r"\d+(?:\.\d+)*"
+LIST = rf"(?:§\s*)?{NUM}(?:\s*(?:,|and|or|to|–|-)\s*(?:§\s*)?{NUM})*"
+# A citation from another file: anchored to the path, or to the word "design" directly followed by a number.
+CITE = re.compile(rf"(?:docs/design\.md`?\s*(?:sections?\s+|§\s*)|\bdesign\s+(?:sections?\s+|§\s*)?)({LIST})")
+# Inside docs/design.md itself: "section 3.6", "sections 3.2 and 5", "§7".
+SELF_CITE = re.compile(rf"(?:\bsections?\s+|§\s*)({LIST})")
+HEADING = re.compile(rf"^#{{1,6}}\s+({NUM})\.?\s", re.M)
+DESIGN_FILE = re.compile(r"[\w./-]*\b(?i:design)\.md\b")
+OLD_NAME = re.compile(r"\bDESIGN\b")
+
+
+def sections(design_text: str) -> set[str]:
+    """The numbers of docs/design.md's headings: {"1", "3", "3.1", ...}."""
+    return set(HEADING.findall(design_text))
+
+
+def cited(text: str, pattern: re.Pattern = CITE) -> list[tuple[int, str]]:
+    """(line number, section) of every section a text cites; a list or range gives each of its numbers."""
+    out = []
+    for m in pattern.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        out += [(line, n) for n in re.findall(NUM, m.group(1))]
+    return out
+
+
+def problems(files: dict[str, str], heads: set[str], exists: Callable[[str, str], bool],
+             design_name: str = "docs/design.md") -> list[str]:
+    """Every dangling citation in `files` (path -> text), as 'path:line: why'.
+
+    heads: the section numbers of the design document; exists(reference, citing path): whether a
+    referenced design file is in the repository.
+    """
+    out = []
+    for path, text in sorted(files.items()):
+        refs = cited(text, SELF_CITE if path == design_name else CITE)
+        out += [f"{path}:{line}: cites section {n} of {design_name}, which has no such heading"
+                for line, n in refs if n not in heads]
+        lines = text.split("\n")
+        for i, line in enumerate(lines, 1):
+            missing = [m for m in DESIGN_FILE.findall(line) if not exists(m, path)]
+            if OLD_NAME.search(DESIGN_FILE.sub("", line)) and not exists("DESIGN.md", ""):
+                missing.append("DESIGN")  # the old name without .md: "DESIGN §2"
+            out += [f"{path}:{i}: cites {m}, which is not in the repository (cite {design_name} instead)"
+                    for m in dict.fromkeys(missing)]
+    return out
+
+
+def in_repository(reference: str, citing: str) -> bool:
+    """A design-file reference resolves from the repository root, or from the citing file's folder."""
+    ref = reference.removeprefix("./")
+    return bool(ref) and ((ROOT / ref).is_file() or (ROOT / citing).parent.joinpath(ref).is_file())
+
+
+def repository_texts() -> dict[str, str]:
+    """Every text file of the checkout (tracked, or new and not ignored), but this test file."""
+    try:
+        names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):  # no git: walk the tree
+        skip = ("runs", ".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache")
+        names = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")
+                 if p.is_file() and not any(part.startswith(skip) for part in p.relative_to(ROOT).parts)]
+    out = {}
+    for name in filter(None, names):
+        path = ROOT / name
+        if name == SELF or not path.is_file() or path.stat().st_size > 2_000_000:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:  # images and other binary files
+            continue
+        if "\0" not in text:
+            out[name] = text
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the checker itself
+
+def test_the_checker_finds_every_kind_of_dangling_reference():
+    heads = {"1", "3", "3.2", "3.3", "3.4", "3.5", "4", "6"}
+    files = {
+        "good.py": "see docs/design.md section 3.2 and (design 3.5); design 3.2, 3.4 and `docs/design.md` §4",
+        "range.md": "`docs/design.md` §3.3–3.4 and §6; docs/design.md sections 3.5 and 6; design notes say so",
+        "missing.py": '"""The loss (docs/design.md section 3.7)."""\n# RL loop (design 9)',
+        "list.md": "`docs/design.md` §3.4 and §5",
+        "old.py": "# per DESIGN.md §2\n# see DESIGN section 3.6",
+        "path.md": "[notes](../notes/design.md) and ./Design.md",
+        "docs/design.md": "## 1. Layout\n## 3. Math\n### 3.2 Response\nAs section 3.2 says, and §8 does not.\n",
+    }
+    on_disk = {"docs/design.md"}
+    found = problems(files, heads, lambda ref, citing: ref.removeprefix("./") in on_disk)
+    text = "\n".join(found)
+    assert "missing.py:1: cites section 3.7" in text and "missing.py:2: cites section 9" in text
+    assert "list.md:1: cites section 5 " in text
+    assert "old.py:1: cites DESIGN.md" in text and "old.py:2: cites DESIGN," in text
+    assert "path.md:1: cites ../notes/design.md" in text and "path.md:1: cites ./Design.md" in text
+    assert "docs/design.md:4: cites section 8 " in text
+    assert not any(p.startswith(("good.py", "range.md")) for p in found), found
+    assert len(found) == 8, found
+
+
+def test_the_checker_reads_lists_and_ranges():
+    assert [n for _, n in cited("docs/design.md sections 3.6 and 6.")] == ["3.6", "6"]
+    assert [n for _, n in cited("(`docs/design.md` §3.3–3.4)")] == ["3.3", "3.4"]
+    assert [n for _, n in cited("design 3.2, 3.4) and design §6")] == ["3.2", "3.4", "6"]
+    assert cited("the design notes record it; a redesign 2 weeks later") == []
+    assert sections("# reco\n## 1. Layout\n### 3.2 Response level\n#### 6.1 Launch\n## Not numbered\n") == {"1", "3.2", "6.1"}
+
+
+def test_an_existing_DESIGN_md_is_allowed():
+    found = problems({"a.py": "# see DESIGN.md section 2"}, {"2"}, lambda ref, citing: True)
+    assert found == []
+
+
+# ------------------------------------------------------------------------------------------ the repository
+
+def test_design_document_has_the_sections_the_code_relies_on():
+    heads = sections(DESIGN.read_text())
+    want = {str(n) for n in range(1, 9)} | {f"3.{n}" for n in range(1, 7)}
+    assert want <= heads, f"docs/design.md lacks sections {sorted(want - heads)}"
+
+
+def test_every_cited_section_exists_and_no_design_file_is_missing():
+    files = repository_texts()
+    assert "docs/design.md" in files and "reco_mini.py" in files
+    assert cited(files["reco_mini.py"]), "reco_mini.py cites no section: the citation pattern has drifted"
+    found = problems(files, sections(DESIGN.read_text()), in_repository)
+    assert not found, "dangling design references:\n" + "\n".join(found)
+
+
+def test_paths_named_in_the_design_document_exist():
+    """Repository paths in backticks (a folder/ or file path, or a root module reco_*.py) must exist."""
+    names = re.findall(r"`((?:[\w.-]+/)+[\w.-]*|reco_\w+\.py)`", DESIGN.read_text())
+    repo_dirs = ("reco_scaled/", "tests/", "tutorial/", "experiments/", "results/", "benchmarks/", "docs/", ".ci/")
+    checked = [n for n in dict.fromkeys(names) if n.startswith(repo_dirs) or "/" not in n]
+    missing = [n for n in checked if not (ROOT / n).exists()]
+    assert len(checked) > 20 and not missing, f"docs/design.md names paths that do not exist: {missing}"
