@@ -2,8 +2,9 @@
 
 Every fenced block in a chapter is one of these kinds (the words after the language say which):
 
-  ```python include=reco_mini.py:NAME [start="TEXT"] [end="TEXT"]
-      The source of the top-level function, class or assignment NAME (``Class.method`` works too),
+  ```python include=FILE:NAME [start="TEXT"] [end="TEXT"]
+      The source of the top-level function, class or assignment NAME of FILE, a path from the
+      repository root such as reco_mini.py or reco_countdown.py (``Class.method`` works too),
       byte for byte. With start/end: only the lines from the first one containing `start` through the
       first later one containing `end`, dedented. Never edit the body by hand: run --write.
   ```python run
