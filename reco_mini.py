@@ -1,4 +1,4 @@
-"""reco_mini.py: GRPO and ReCo (arXiv 2607.26862) end to end in one file.
+"""reco_mini.py: GRPO and ReCo (arXiv 2607.26862) end to end, the method in one readable file.
 
 The baseline is GRPO with verl's defaults: G samples per prompt, group-relative
 advantages, a PPO-clipped token surrogate, several mini-batch updates per

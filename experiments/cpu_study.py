@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
 import shlex
 import sys
@@ -34,8 +33,11 @@ import torch
 from tqdm.auto import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+from analysis import COLLAPSE_WINDOW, divergence, finite_or_none, summarize  # noqa: E402
+
 import reco_mini as rm  # noqa: E402
+from reco_countdown import load_base  # noqa: E402
 
 # variant -> (reco_mini method, None for the SFT base without RL; extra reco_mini flags)
 VARIANTS: dict[str, tuple[str | None, list[str]]] = {
@@ -58,37 +60,18 @@ SINGLE_FIXES = {"reco-response": "response-level", "reco-token": "token-level"}
 KS = (1, 4, 16, 64, 256)
 SCALARS = ("mean_accuracy", "distinct_correct", "solved_any")
 FINAL_STEPS = 5  # entropy_final and kl_base_final average the last 5 logged steps
-COLLAPSE_WINDOW = 10  # reward collapse: last 10-step mean < 50% of the best 10-step mean
 TRAJECTORY_KEYS = {  # logged key -> plot title
     "reward_mean": "training reward", "kl_base": "KL to the base (k3)", "entropy": "token entropy",
     "grad_norm": "grad norm (before clipping)", "rho_mean": "ρ mean (variance ratio)", "rho_max": "ρ max",
     "w_min": "w min (occurrence weight)", "w_max": "w max", "clip_frac_low": "clip fraction, low side",
     "clip_frac_high": "clip fraction, high side"}
 BEGIN, END = "<!-- cpu-study:begin -->", "<!-- cpu-study:end -->"
-# two-sided 95% Student t quantiles t_{0.975, df} for df = 1..30
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
 
 
 # =============================================================================
 # Statistics over seeds
 # =============================================================================
-
-def t975(df: int) -> float:
-    """Two-sided 95% Student t quantile; beyond the table, the first Cornish-Fisher correction to 1.96."""
-    if df < 1:
-        raise ValueError(f"t quantile needs df >= 1, got {df}")
-    return T975[df - 1] if df <= len(T975) else 1.96 + (1.96 ** 3 + 1.96) / (4 * df)
-
-
-def summarize(values: list[float]) -> dict:
-    """Mean, sample std, 95% CI half-width t_{0.975,n-1} std / sqrt(n), n and the values (std and CI need n >= 2)."""
-    n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((x - mean) ** 2 for x in values) / (n - 1)) if n >= 2 else None
-    ci = t975(n - 1) * std / math.sqrt(n) if n >= 2 else None
-    return {"mean": mean, "std": std, "ci95": ci, "n": n, "values": values}
-
 
 def run_measures(result: dict, log: list[dict]) -> dict[str, float | None]:
     """One run's measures: Pass@k for k in KS (those evaluated), SCALARS, and the final entropy and KL to the base."""
@@ -112,18 +95,6 @@ def measure_stats(per_seed: dict[int, dict[str, float | None]]) -> dict:
         else:
             out[name] = stats
     return out
-
-
-def divergence(log: list[dict], stopped: str | None) -> dict:
-    """Flags for one RL run: non-finite logged values, reco_mini's non-finite stop, or a reward collapse."""
-    non_finite = any(isinstance(v, float) and not math.isfinite(v) for row in log for v in row.values())
-    rewards = [row["reward_mean"] for row in log]
-    width = min(COLLAPSE_WINDOW, len(rewards))
-    windows = [sum(rewards[i: i + width]) / width for i in range(len(rewards) - width + 1)] if rewards else []
-    last, best = (windows[-1], max(windows)) if windows else (None, None)
-    collapse = bool(windows) and last < 0.5 * best
-    return {"non_finite": non_finite, "stopped": stopped, "reward_collapse": collapse, "reward_last_window": last,
-            "reward_best_window": best, "diverged": non_finite or stopped is not None or collapse}
 
 
 def trajectories(logs: dict[int, list[dict]]) -> dict[str, list[float]]:
@@ -160,7 +131,7 @@ def load_context(flags: list[str]) -> dict:
     """Tokenizer, splits and the one SFT base shared by every run (reco_mini's cached base for seed 0)."""
     cfg = rm.parse_config([*flags, "--seed", "0"])
     splits, tokenizer = rm.make_splits(cfg), rm.char_tokenizer()
-    base = rm.load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"])).requires_grad_(False)
+    base = load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"])).requires_grad_(False)
     return {"splits": splits, "tokenizer": tokenizer, "base": base}
 
 
@@ -283,17 +254,6 @@ def aggregate(runs: dict[str, dict[int, dict]], logs: dict[str, dict[int, list[d
         "stability": stability,
         "wall_time_s": {"per_run": per_run, "total": round(sum(t for r in per_run.values() for t in r.values()), 1)},
     }
-
-
-def finite_or_none(obj):
-    """Strict JSON: non-finite floats become null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: finite_or_none(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [finite_or_none(v) for v in obj]
-    return obj
 
 
 def plot(summary: dict, path: Path) -> None:

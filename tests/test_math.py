@@ -342,3 +342,51 @@ def test_occurrence_weights_clear_errors():
         occurrence_weights(lp, apply="positive")
     with pytest.raises(ValueError, match="expected P\\*G"):
         occurrence_weights(lp, "count", responses=[[1], [2]])
+
+
+# ----------------------------------------------------------------------------- F-GRPO, the registry
+
+
+def test_focal_scale_hand_formula():
+    from reco_mini import focal_scale
+
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [0.0] * 4, [1.0] * 4])
+    for gamma in (0.0, 0.5, 1.0, 2.0):
+        expected = [(1 - 0.25) ** gamma, (1 - 0.75) ** gamma, 1.0, 0.0 ** gamma]
+        assert focal_scale(rewards, gamma).tolist() == pytest.approx(expected)
+    assert torch.equal(focal_scale(rewards, 0.0), torch.ones(4))  # gamma 0 is plain GRPO
+
+
+def test_f_grpo_is_grpo_with_focal_scaled_advantages():
+    from reco_mini import METHODS, loss_config
+
+    assert loss_config(LossConfig(), "f-grpo") == LossConfig(occurrence="none", token_ratio="is", focal_gamma=1.0)
+    assert loss_config(LossConfig(focal_gamma=0.5), "reco").focal_gamma == 0.5  # the flag combines with any method
+    assert all(loss_config(LossConfig(), m).focal_gamma == (1.0 if m == "f-grpo" else 0.0) for m in METHODS)
+
+
+def test_a_new_variant_is_one_registered_function():
+    from reco_mini import TOKEN_RATIOS, importance_ratio, register
+
+    @register(TOKEN_RATIOS, "half-is")  # a toy variant: half of GRPO's token loss
+    def half(t, cfg):
+        return 0.5 * importance_ratio(t, cfg)[0], None
+
+    try:
+        logp = torch.tensor([[-1.0, -2.0]], dtype=torch.float64)
+        old = logp + 0.05
+        full, _ = loss_of(logp, old, torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 2))
+        halved, _ = loss_of(logp, old, torch.tensor([1.0], dtype=torch.float64), torch.ones(1, 2), token_ratio="half-is")
+        assert halved.item() == pytest.approx(0.5 * full.item())
+    finally:
+        del TOKEN_RATIOS["half-is"]
+    with pytest.raises(ValueError, match="token-ratio must be one of"):
+        LossConfig(token_ratio="half-is")
+
+
+def test_count_means_identical_token_ids():
+    lp = torch.zeros(1, 4, dtype=torch.float64)
+    # responses 0 and 1 decode to the same text in many tokenizers but are different token-id sequences
+    w = occurrence_weights(lp, "count", responses=[[5, 6], [11], [5, 6], [7]])
+    inv = [1 / 2, 1, 1 / 2, 1]
+    assert w[0].tolist() == pytest.approx([4 * x / sum(inv) for x in inv])

@@ -90,3 +90,30 @@ def test_kv_cache_sampler_matches_full_forward():
         probs = torch.softmax(response_logits(model, prompts[:1], pmask[:1], resp[:1], mask[:1])[0, 0] / tau, -1)
     freq = torch.bincount(resp[:, 0], minlength=probs.numel()).float() / 4000
     assert (freq - probs).abs().max() < 0.03
+
+
+def test_countdown_form_table():
+    from reco_countdown import countdown_form
+
+    table = {  # expression -> index in FORMS, by hand
+        "3*7+12": 0, "7*3+12": 0, "12+3*7": 0, "12+(7*3)": 0, "(3*7)+12": 0,
+        "3*7-12": 1, "(7*3)-12": 1,
+        "(3+7)*12": 2, "12*(7+3)": 2, "(7+3)*12": 2, "((3+7))*12": 2,
+        "(12-3)*7": 3, "7*(12-3)": 3,
+        "3+7+12": 4, "3+(7+12)": 4, "(12+3)+7": 4,
+        "12-3*7": None, "3*7*12": None, "3-7-12": None, "3-(7-12)": None, "(3-7)-12": None, "3*(7*12)": None,
+        "3+7": None, "3": None, "": None, "3*7+": None, "-3*7+12": None, "3**7+12": None,
+        "3 * 7 + 12": 0,  # a structure only: the verifier, not the form, rejects the spaces
+        "__import__('os')": None, "(3+7)/12": None, "9" * 70: None,
+    }
+    for expr, form in table.items():
+        assert countdown_form(expr) == form, expr
+
+
+def test_solving_forms_by_enumeration():
+    from reco_countdown import solving_forms
+
+    assert solving_forms(Problem((3, 7, 12), 33)) == {0}  # 3*7+12; no other form gives 33
+    assert solving_forms(Problem((2, 3, 4), 10)) == {0, 1}  # 2*3+4 and 3*4-2; 2+3+4 is 9
+    assert solving_forms(Problem((2, 3, 4), 20)) == {2}  # (2+3)*4
+    assert solving_forms(Problem((5, 3, 4), 8)) == {3}  # (5-3)*4; 5*4-3 = 17, 3*4-5 = 7

@@ -1,0 +1,82 @@
+"""experiments/frontier_study.py: interpolation at matched Pass@1, the selection rule, the forms statistics, and a
+quick end-to-end study whose JSON must have the issue's schema."""
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("frontier_study", ROOT / "experiments" / "frontier_study.py")
+fs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fs)
+
+
+def test_matched_level_interpolation_by_hand():
+    points = [(0, 0.10, 0.90), (20, 0.14, 0.80), (40, 0.22, 0.60), (60, 0.18, 0.70), (80, 0.26, 0.50)]
+    # 0.15 is first crossed between steps 20 and 40: 0.80 + (0.15 - 0.14) / (0.22 - 0.14) * (0.60 - 0.80) = 0.775
+    assert fs.at_level(points, 0.15) == pytest.approx(0.775)
+    assert fs.at_level(points, 0.20) == pytest.approx(0.80 + 0.06 / 0.08 * -0.20)  # the first crossing, not the later one
+    assert fs.at_level(points, 0.25) == pytest.approx(0.70 + 0.07 / 0.08 * -0.20)
+    assert fs.at_level(points, 0.10) == pytest.approx(0.90)  # already at the base
+    assert fs.at_level(points, 0.30) is None  # never reached
+
+
+def _result(method, lr, clip, seed, p1, pn, stopped=None):
+    row = {"step": 120, "pass_at_k": {"1": p1, "256": pn}}
+    return {"spec": {"phase": "select", "method": method, "lr": lr, "clip": clip, "seed": seed}, "stopped": stopped,
+            "trajectory": [] if stopped else [row]}
+
+
+def test_selection_rule_on_synthetic_scores(tmp_path, monkeypatch):
+    plan = {"out": str(tmp_path), "methods": ["grpo"], "lrs": (1e-4, 2e-4, 4e-4), "clips": (1.0, 0.0), "select": (10, 11),
+            "steps": 120}
+    monkeypatch.setattr(fs, "diverged", lambda r, plan: {"diverged": r["spec"]["lr"] == 4e-4 and r["spec"]["clip"] == 0.0})
+    scores = {(1e-4, 1.0): (0.20, 0.60), (1e-4, 0.0): (0.21, 0.62), (2e-4, 1.0): (0.245, 0.55),
+              (2e-4, 0.0): (0.25, 0.50), (4e-4, 1.0): (0.10, 0.90), (4e-4, 0.0): (0.40, 0.40)}
+    results = [_result("grpo", lr, clip, s, p1, pn) for (lr, clip), (p1, pn) in scores.items() for s in (10, 11)]
+    sel = fs.selection(results, plan)
+    # (4e-4, off) has the best Pass@1 but diverged; 0.25 and 0.245 tie within 0.01, and the tie goes to Pass@256
+    assert sel["choices"] == {"grpo": {"lr": 2e-4, "clip": 1.0}}
+    assert len(sel["scores"]) == 6 and sel["rule"] == fs.SELECTION_RULE
+    # a seed that stopped on a non-finite gradient makes its setting ineligible, not the method unselectable
+    results = [r for r in results if not (r["spec"]["lr"] == 2e-4 and r["spec"]["clip"] == 1.0 and r["spec"]["seed"] == 11)]
+    results.append(_result("grpo", 2e-4, 1.0, 11, 0, 0, stopped="error: non-finite"))
+    assert fs.selection(results, plan)["choices"] == {"grpo": {"lr": 2e-4, "clip": 0.0}}
+    assert fs.selection(results[:-1], plan)["choices"] == {}  # an unfinished setting: no choice yet
+
+
+def test_form_stats_by_hand():
+    row = {"counts": [3, 0, 2, 1], "forms": [[2, 1, 0, 0, 0, 0], [0] * 6, [0, 0, 0, 2, 0, 0], [0, 0, 0, 0, 1, 0]]}
+    out = fs.form_stats(row, rare_only=[False, True, True, True])
+    assert out["shares"] == pytest.approx([2 / 6, 1 / 6, 0, 2 / 6, 1 / 6, 0])
+    assert out["entropy_bits"] == pytest.approx(-(2 * (1 / 3) * math.log2(1 / 3) + 2 * (1 / 6) * math.log2(1 / 6)))
+    assert out["rare_coverage"] == pytest.approx(2 / 3)  # rare-only problems 1, 2, 3: 2 and 3 solved
+
+
+@pytest.mark.slow
+def test_quick_study_end_to_end_schema_and_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # reco_mini caches the SFT base under ./runs/cache
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# t\n{fs.BEGIN}\nstale\n{fs.END}\nafter\n")
+    summary = fs.main(["--quick", "--out", "study", "--write-readme", str(readme)])
+    on_disk = json.loads((tmp_path / "study" / "frontier_study.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    assert on_disk["partial"] is False and set(on_disk["complete"]) == {"select", "confirm", "stress"}
+    for m in fs.QUICK["methods"]:
+        entry = on_disk["methods"][m]
+        assert entry["seeds"] == list(fs.QUICK["confirm"])
+        assert len(entry["final"]["pass_at_1"]) == len(entry["final"]["pass_at_256"]) == len(entry["seeds"])
+        for traj in entry["trajectory"]:
+            assert [p["step"] for p in traj] == [0, 4, 8] and set(traj[0]) == {"step", "pass_at_1", "pass_at_256"}
+    assert set(on_disk["selection"]) == {"rule", "scores", "choices"} and set(on_disk["selection"]["choices"]) == {"grpo", "reco"}
+    assert [h["name"] for h in on_disk["hypotheses"]] == ["H1", "H2", "H3"]
+    assert all({"name", "estimate", "ci_low", "ci_high", "confirmed"} <= set(h) for h in on_disk["hypotheses"])
+    assert on_disk["forms"]["by_method"]["grpo"] and on_disk["stress"]["grpo x5"]["runs"]
+    assert (tmp_path / "study" / "frontier_study.png").stat().st_size > 1000
+    text = readme.read_text()
+    assert "stale" not in text and "**Hypotheses**" in text and text.endswith(f"{fs.END}\nafter\n")
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "study").rglob("result.json")}
+    fs.main(["--quick", "--out", "study"])  # a rerun reuses every finished run
+    assert stamps == {p: p.stat().st_mtime_ns for p in (tmp_path / "study").rglob("result.json")}
