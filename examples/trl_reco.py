@@ -1,0 +1,133 @@
+"""GRPO or ReCo on math problems with TRL's GRPOTrainer (reco_scaled.integrations.trl; pip install -r requirements-trl.txt).
+
+    python examples/trl_reco.py --tiny                        # offline on CPU: a random tiny model, 10 steps
+    python examples/trl_reco.py --tiny --max-steps 2
+    python examples/trl_reco.py --model Qwen/Qwen2.5-Math-1.5B --data data/math_train.jsonl --method reco \\
+        --occurrence count --max-completion-length 1024 --micro-batch 8 --max-steps 500 --use-vllm
+
+Problems: a JSONL of {"problem", "answer"} (reco_scaled.data.load_problems). Prompts: reco_scaled.data.build_prompt
+(--template qwen-boxed, or plain text; with --template chat, TRL applies the tokenizer's chat template itself).
+Reward: 1 when the completion's last \\boxed{} is equivalent to the answer (reco_grader.grade_answer), else 0.
+The model is any causal LM by hub name or local path; --tiny instead builds a random 2-layer Qwen2 with a
+character tokenizer, so the whole run needs no download (its reward stays 0: it shows the plumbing, not learning).
+Each step generates --prompts-per-step x --num-generations completions and takes one optimizer step on them, in
+micro-batches of --micro-batch rows; --num-iterations reuses each batch. Metrics (reward, reco/w_*, reco/rho_*,
+reco/v_old_mean, clip ratios) are printed every step and the final model is saved under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import string
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from reco_grader import grade_answer  # noqa: E402
+from reco_scaled.data import SYSTEM_PROMPT, build_prompt, load_problems  # noqa: E402
+from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer  # noqa: E402
+
+RECO_FIELDS = ("method", "occurrence", "occurrence_apply", "token_ratio", "focal_gamma", "variance_cap", "variance_norm")
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "math_small.jsonl"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=str(FIXTURE), help="JSONL of problems with 'problem' and 'answer'")
+    p.add_argument("--model", default="", help="Hugging Face model name or directory")
+    p.add_argument("--tiny", action="store_true", help="a random tiny Qwen2 (offline, CPU); no --model needed")
+    p.add_argument("--template", default="", help="qwen-boxed | chat | plain (default: plain with --tiny, else qwen-boxed)")
+    p.add_argument("--max-steps", type=int, default=0, help="optimizer steps (default 100, or 10 with --tiny)")
+    p.add_argument("--prompts-per-step", type=int, default=4)
+    p.add_argument("--num-generations", type=int, default=8, help="G, completions per prompt")
+    p.add_argument("--micro-batch", type=int, default=0, help="rows per forward/backward (default: the whole step)")
+    p.add_argument("--num-iterations", type=int, default=1, help="optimizer steps on each generation batch")
+    p.add_argument("--max-completion-length", type=int, default=0, help="default 1024, or 24 with --tiny")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=0.0, help="default 1e-6, or 1e-3 with --tiny")
+    p.add_argument("--use-vllm", action="store_true", help="generate with vLLM colocated (GPU)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs/trl_reco")
+    fields = ReCoGRPOConfig.__dataclass_fields__
+    for name in RECO_FIELDS:  # ReCo's settings, with the help text of reco_mini.LossConfig
+        kind = float if name in ("focal_gamma", "variance_cap") else str
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help=fields[name].metadata["help"])
+    args = p.parse_args(argv)
+    if not (args.tiny or args.model):
+        p.error("give --model NAME_OR_PATH, or --tiny")
+    return args
+
+
+def tiny_model_and_tokenizer():
+    """A random 2-layer Qwen2 and a one-token-per-character tokenizer over printable ASCII."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    vocab = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *string.printable[:-2]])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
+    tok.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
+                                        unk_token="<unk>", padding_side="left")
+    config = Qwen2Config(vocab_size=len(vocab), hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
+                         tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return Qwen2ForCausalLM(config), tokenizer
+
+
+def boxed_reward(completions: list, answer: list[str], **kwargs) -> list[float]:
+    """1.0 where the completion's last \\boxed{} is equivalent to the gold answer (a chat completion: its text)."""
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [float(grade_answer(t, a)) for t, a in zip(texts, answer)]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    torch.manual_seed(args.seed)
+    if not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)  # as reco_scaled on CPU: a tiny model gains nothing from more, and shared cores lose
+    if args.tiny:
+        model, tokenizer = tiny_model_and_tokenizer()
+    else:
+        model, tokenizer = args.model, AutoTokenizer.from_pretrained(args.model, padding_side="left")
+    template = args.template or ("plain" if args.tiny else "qwen-boxed")
+    problems = load_problems(args.data)
+    if template == "chat":  # conversational: TRL applies the chat template (and adds no second BOS)
+        prompts = [[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": p["problem"]}]
+                   for p in problems]
+    else:
+        prompts = [build_prompt(tokenizer, p["problem"], template) for p in problems]
+    dataset = Dataset.from_list([{"prompt": q, "answer": p["answer"]} for q, p in zip(prompts, problems)])
+
+    rows = args.prompts_per_step * args.num_generations
+    micro = args.micro_batch or rows
+    if rows % micro:
+        sys.exit(f"--micro-batch {micro} must divide --prompts-per-step x --num-generations = {rows}")
+    reco = {k: getattr(args, k) for k in RECO_FIELDS if getattr(args, k) is not None}
+    config = ReCoGRPOConfig(
+        output_dir=args.out, max_steps=args.max_steps or (10 if args.tiny else 100), seed=args.seed,
+        num_generations=args.num_generations,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=rows // micro, num_iterations=args.num_iterations,
+        max_completion_length=args.max_completion_length or (24 if args.tiny else 1024), temperature=args.temperature,
+        learning_rate=args.lr or (1e-3 if args.tiny else 1e-6), bf16=torch.cuda.is_available(),
+        dataloader_pin_memory=torch.cuda.is_available(),
+        gradient_checkpointing=not args.tiny, use_vllm=args.use_vllm, vllm_mode="colocate", logging_steps=1,
+        save_strategy="no", report_to="none", disable_tqdm=True, **reco)
+    trainer = ReCoGRPOTrainer(model=model, reward_funcs=boxed_reward, args=config, train_dataset=dataset,
+                              processing_class=tokenizer)
+    trainer.train()
+    trainer.save_model(str(Path(args.out) / "final"))
+    last = [r for r in trainer.state.log_history if "loss" in r][-1]
+    print(json.dumps({k: last[k] for k in sorted(last) if k.startswith(("reward", "reco/", "loss", "step"))}))
+    return last
+
+
+if __name__ == "__main__":
+    main()

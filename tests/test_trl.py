@@ -1,0 +1,253 @@
+"""ReCoGRPOTrainer (reco_scaled/integrations/trl.py) against two independent references, on a tiny random Qwen2:
+
+- GRPO equivalence: with every ReCo term off, loss and gradients equal TRL's own GRPOTrainer on the same batch;
+- ReCo equivalence: with the terms on, they equal reco_mini.policy_loss + occurrence_weights computed here from full
+  logits (reco_mini.token_logprobs, variance_stat), after a parameter update so that ratios and clips are live;
+- a real run: 3 training steps end to end, with the rho and w statistics in TRL's logged metrics;
+  and examples/trl_reco.py --tiny --max-steps 2.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+
+from datasets import Dataset  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from reco_countdown import char_tokenizer, tiny_model  # noqa: E402
+from reco_mini import (  # noqa: E402
+    LossConfig,
+    focal_scale,
+    group_advantages,
+    loss_config,
+    occurrence_weights,
+    policy_loss,
+    token_logprobs,
+    variance_stat,
+)
+from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer  # noqa: E402
+
+PROMPTS = ["3 5 7:", "12 4 9:", "8 2 6:", "1 9 5:"]
+P, G, MAX_LEN, ACCUM = 2, 4, 6, 2
+REWARDS = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
+
+
+def toy_reward(completions, **kwargs) -> list[float]:
+    return [float(len(c) % 2 == 0) for c in completions]  # any mix of 0 and 1
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread, as reco_scaled uses on CPU: on shared cores a tiny model runs far slower with more."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A random tiny Qwen2 with reco_mini's character tokenizer. Its final norm is scaled up, so next-token
+    distributions are peaked: greedy responses are likely and the occurrence weights move well away from 1."""
+    torch.manual_seed(0)
+    tok = char_tokenizer()
+    model = tiny_model(tok, hidden=32, layers=2)
+    with torch.no_grad():
+        model.model.norm.weight.mul_(6.0)
+    path = tmp_path_factory.mktemp("tiny-qwen2")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def make_trainer(trainer_cls, config_cls, model_dir, out, **kwargs):
+    args = config_cls(**dict(output_dir=str(out), report_to="none", bf16=False, use_cpu=True, seed=0, num_generations=G,
+                             per_device_train_batch_size=P * G, gradient_accumulation_steps=ACCUM,
+                             max_completion_length=MAX_LEN, logging_steps=1, save_strategy="no", disable_tqdm=True,
+                             gradient_checkpointing=False) | kwargs)
+    trainer = trainer_cls(model=str(model_dir), reward_funcs=toy_reward, args=args, processing_class=
+                          AutoTokenizer.from_pretrained(model_dir), train_dataset=Dataset.from_dict({"prompt": PROMPTS}))
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = ACCUM  # set by Trainer's loop; the normalisers read it
+    return trainer
+
+
+def fixed_batch(model, tok) -> dict:
+    """TRL's batch layout for P prompts x G responses. In each group: two identical greedy responses (likely, a
+    duplicate), a greedy prefix plus a fixed token, and a short unlikely one; right-padded, some without <eos>."""
+    prompts = [tok(p).input_ids for p in PROMPTS[:P]]
+    L = max(map(len, prompts))
+    prompt_ids = torch.tensor([[tok.pad_token_id] * (L - len(p)) + p for p in prompts])
+    prompt_mask = (torch.arange(L) >= torch.tensor([L - len(p) for p in prompts])[:, None]).long()
+    rows = []
+    for i in range(P):
+        greedy, ids, attn = [], prompt_ids[i: i + 1], prompt_mask[i: i + 1]
+        with torch.no_grad():
+            for _ in range(4):
+                nxt = model(input_ids=ids, attention_mask=attn).logits[0, -1].argmax().item()
+                greedy.append(nxt)
+                ids, attn = torch.cat([ids, torch.tensor([[nxt]])], 1), torch.cat([attn, torch.ones(1, 1).long()], 1)
+        rows += [greedy, greedy, greedy[:2] + [7, tok.eos_token_id], [9, 12, tok.eos_token_id]]
+    completion_ids = torch.tensor([r + [tok.pad_token_id] * (MAX_LEN - len(r)) for r in rows])
+    completion_mask = torch.tensor([[1] * len(r) + [0] * (MAX_LEN - len(r)) for r in rows])
+    return {"prompt_ids": prompt_ids.repeat_interleave(G, 0), "prompt_mask": prompt_mask.repeat_interleave(G, 0),
+            "completion_ids": completion_ids, "completion_mask": completion_mask,
+            "advantages": group_advantages(REWARDS.view(P, G)).flatten(), "num_items_in_batch": completion_mask.sum()}
+
+
+def response_logits(model, batch: dict) -> torch.Tensor:
+    """Full logits at the positions that predict each completion token: [B, T, V] (the model called as TRL does)."""
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    return model(input_ids=ids, attention_mask=attn).logits[:, -MAX_LEN - 1: -1]
+
+
+def loss_and_grads(trainer, batch: dict) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    loss = trainer._compute_loss(trainer.model, batch)
+    return loss.detach(), list(torch.autograd.grad(loss, params))
+
+
+def assert_same(a: tuple, b: tuple) -> None:
+    torch.testing.assert_close(a[0], b[0], rtol=1e-5, atol=1e-6)
+    for ga, gb in zip(a[1], b[1], strict=True):
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("settings", [
+    {"loss_type": "dapo"},
+    {"loss_type": "grpo"},
+    {"loss_type": "bnpo", "epsilon_high": 0.28},
+    {"loss_type": "dr_grpo"},
+    {"loss_type": "dapo", "delta": 1.5, "temperature": 0.7},
+    {"loss_type": "dapo", "beta": 0.1, "use_bias_correction_kl": False},
+    {"loss_type": "grpo", "off_policy_mask_threshold": 0.05},
+], ids=["dapo", "grpo", "bnpo", "dr_grpo", "delta-temperature", "kl", "off-policy-mask"])
+def test_grpo_equals_trl(model_dir, tmp_path, settings):
+    ours = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path / "ours", method="grpo", **settings)
+    theirs = make_trainer(GRPOTrainer, GRPOConfig, model_dir, tmp_path / "trl", **settings)
+    tau = settings.get("temperature", 1.0)
+    batch = fixed_batch(theirs.model, theirs.processing_class)
+    with torch.no_grad():
+        logp = token_logprobs(response_logits(theirs.model, batch), batch["completion_ids"], tau)
+    noise = torch.randn(logp.shape, generator=torch.Generator().manual_seed(1))
+    batch["old_per_token_logps"] = logp + 0.3 * noise  # a reused batch: ratios spread across both clip edges
+    batch["ref_per_token_logps"] = logp - 0.2 * noise
+    got, want = loss_and_grads(ours, batch), loss_and_grads(theirs, batch)
+    assert_same(got, want)
+    assert ours._metrics["train"]["clip_ratio/region_mean"][-1] > 0.1  # the clip is live in this batch
+    torch.testing.assert_close(ours._metrics["train"]["clip_ratio/region_mean"][-1],
+                               theirs._metrics["train"]["clip_ratio/region_mean"][-1])
+
+
+# (TRL/ReCo config, the reco_mini LossConfig it must mean, the normaliser of its loss_type) on P*G rows, ACCUM steps
+CASES = [
+    ({"method": "reco"}, {}, {"num_tokens": "tokens"}),
+    ({"method": "reco", "occurrence": "count", "occurrence_apply": "positive", "loss_type": "grpo",
+      "temperature": 0.7}, {"occurrence": "count", "occurrence_apply": "positive",
+                            "aggregation": "seq-mean-token-mean"}, {"num_seqs": P * G * ACCUM}),
+    ({"method": "reco", "occurrence": "token-mean", "token_ratio": "variance-old", "variance_norm": "none",
+      "focal_gamma": 1.0, "loss_type": "bnpo", "epsilon_high": 0.28, "delta": 2.0},
+     {"occurrence": "token-mean", "token_ratio": "variance-old", "variance_norm": "none", "focal_gamma": 1.0,
+      "clip_high": 0.28, "dual_clip": 2.0}, {"num_tokens": "tokens x accum"}),
+    ({"method": "reco-token", "variance_cap": 1.2, "loss_type": "dr_grpo", "beta": 0.05,
+      "use_bias_correction_kl": False}, {"variance_cap": 1.2, "kl_coef": 0.05}, {"num_tokens": P * G * MAX_LEN * ACCUM}),
+    ({"method": "f-grpo", "loss_type": "dapo"}, {}, {"num_tokens": "tokens"}),
+]
+
+
+@pytest.mark.parametrize("settings, expected, norm", CASES,
+                         ids=["reco", "count-positive-grpo", "token-mean-variance-old-focal", "cap-kl-dr_grpo", "f-grpo"])
+def test_reco_equals_reco_mini(model_dir, tmp_path, settings, expected, norm):
+    trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, **settings)
+    model, tau = trainer.model, settings.get("temperature", 1.0)
+    batch = fixed_batch(model, trainer.processing_class)
+    with torch.no_grad():
+        logits_old = response_logits(model, batch)
+    old_logp = token_logprobs(logits_old, batch["completion_ids"], tau)
+    batch.update(trainer._reco_inputs(batch, REWARDS))  # at sampling time
+    batch["old_per_token_logps"] = old_logp  # as TRL passes it when a batch is reused
+    batch["ref_per_token_logps"] = old_logp - 0.1 * torch.randn(old_logp.shape, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():  # an update since sampling: ratios move off 1 and the clip bites
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    got = loss_and_grads(trainer, batch)
+
+    # the reference: reco_mini's functions on full logits
+    cfg = loss_config(LossConfig(**expected), settings["method"])
+    mask = batch["completion_mask"].float()
+    responses = [r[: int(n)].tolist() for r, n in zip(batch["completion_ids"], mask.sum(-1))]
+    A = group_advantages(REWARDS.view(P, G)) * focal_scale(REWARDS.view(P, G), cfg.focal_gamma)[:, None]
+    w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), cfg.occurrence, responses, mask.sum(-1).view(P, G), A,
+                           cfg.occurrence_apply).flatten()
+    v_old = variance_stat(logits_old, tau)
+    v_old_mean = (v_old * mask).sum() / mask.sum() if cfg.variance_norm == "batch" else torch.tensor(1.0)
+    logits = response_logits(model, batch)
+    logp = token_logprobs(logits, batch["completion_ids"], tau)
+    ref = {"old_logp": old_logp, "mask": mask, "advantages": A.flatten(), "weights": w, "v_old": v_old,
+           "v_old_mean": v_old_mean, "ref_logp": batch["ref_per_token_logps"]}
+    tokens = {"tokens": mask.sum(), "tokens x accum": mask.sum() * ACCUM}
+    kw = {k: tokens.get(v, v) for k, v in norm.items()}
+    loss, stats = policy_loss(logp, ref, cfg, v=variance_stat(logits.detach(), tau), **kw)
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert_same(got, (loss.detach(), list(torch.autograd.grad(loss, params))))
+
+    # the batch is not a trivial one: clipping is live, and each ReCo term that is on moves values away from 1
+    assert stats["clip_frac_high"] + stats["clip_frac_low"] > 0.05
+    if cfg.occurrence != "none":
+        torch.testing.assert_close(batch["reco_weights"], w)
+        assert w.max() / w.min() > 1.3
+    if cfg.token_ratio != "is":
+        assert stats["rho_max"] > 1.1 * stats["rho_mean"]
+    if "variance_cap" in expected:
+        assert stats["rho_max"] == pytest.approx(cfg.variance_cap)  # the cap binds
+    if cfg.focal_gamma:
+        assert not torch.equal(batch["advantages"], group_advantages(REWARDS.view(P, G)).flatten())
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"loss_type": "cispo"}, "loss_type='cispo'"),
+    ({"importance_sampling_level": "sequence"}, "importance_sampling_level"),
+    ({"beta": 0.1}, "use_bias_correction_kl"),
+    ({"delta": 1.1}, "delta=1.1"),
+    ({"entropy_coef": 0.01}, "entropy bonus"),
+    ({"occurrence": "bogus"}, "occurrence: must be one of"),
+    ({"epsilon": 1.5}, "epsilon: must be in (0, 1)"),
+    ({"method": "ppo"}, "method='ppo'"),
+])
+def test_refused_settings_fail_at_start(tmp_path, settings, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ReCoGRPOConfig(output_dir=str(tmp_path), report_to="none", bf16=False, use_cpu=True, **settings)
+
+
+def test_three_steps_log_rho_and_w(model_dir, tmp_path):
+    trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco", occurrence="count",
+                           max_steps=3, num_iterations=2, gradient_checkpointing=True)
+    trainer.train()
+    rows = [r for r in trainer.state.log_history if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert math.isfinite(r["loss"]) and r["reco/rho_mean"] > 0 and r["reco/rho_max"] <= 10.0
+    generated = [r for r in rows if "reco/w_mean" in r]  # a generation batch every num_iterations steps: 1 and 3
+    assert [r["step"] for r in generated] == [1, 3]
+    for r in generated:
+        assert r["reco/w_min"] <= r["reco/w_mean"] <= r["reco/w_max"]
+        assert r["reco/w_mean"] == pytest.approx(1.0, abs=1e-6)  # the weights have mean 1 in every group
+        assert 0 < r["reco/v_old_mean"] < 1
+
+
+def test_example_tiny_runs(tmp_path):
+    path = Path(__file__).resolve().parents[1] / "examples" / "trl_reco.py"
+    spec = importlib.util.spec_from_file_location("trl_reco", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    last = example.main(["--tiny", "--max-steps", "2", "--out", str(tmp_path)])
+    assert last["step"] == 2 and math.isfinite(last["loss"]) and "reco/rho_mean" in last
+    assert (tmp_path / "final" / "config.json").is_file()
