@@ -25,7 +25,7 @@ class ConfigError(ValueError):
 @dataclass
 class ModelConfig:
     path: str = ""  # HF model directory or hub name; "" = reco_mini's tiny countdown model (SFT once, cached)
-    precision: str = "bf16"  # bf16 | fp32; bf16 means autocast on GPU (CPU always runs fp32)
+    precision: str = "bf16"  # bf16 | fp32; bf16: on GPU, bf16 compute over fp32 master weights (CPU always runs fp32)
     gradient_checkpointing: bool = False
 
 
@@ -66,6 +66,7 @@ class RolloutConfig:
     tensor_parallel_size: int = 1
     max_model_len: int = 4096
     enable_sleep_mode: bool = True
+    sleep_level: int = 2  # 2: drop weights and KV cache while training (weights re-synced after it); 1: keep weights in host RAM
 
 
 @dataclass
@@ -124,6 +125,7 @@ CHOICES = {
     "data.template": ("qwen-boxed", "chat", "plain"),
     "algo.method": tuple(METHODS),  # the other algo keys are checked by reco_mini.LossConfig
     "rollout.engine": ("hf", "vllm"),
+    "rollout.sleep_level": (1, 2),
     "train.parallel": ("ddp", "fsdp2"),
 }
 POSITIVE = ("rollout.max_new_tokens", "rollout.engine_batch_size", "rollout.temperature", "train.steps",

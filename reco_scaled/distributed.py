@@ -1,4 +1,5 @@
-"""Process group, device and model wrapping (DDP or FSDP2), and the collectives the trainer needs.
+"""Process group, device and model wrapping (DDP or FSDP2, with rank 0's weights sent to the other ranks),
+and the collectives the trainer needs.
 
 A run without torchrun is one process with no process group and no wrapper. Under torchrun the
 backend is NCCL on GPUs and gloo on CPUs.
@@ -73,43 +74,109 @@ def all_max(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def wrap(model: nn.Module, layers: list[nn.Module], parallel: str, d: Dist, trainable: bool = True) -> nn.Module:
-    """Move a model to this rank's device and wrap it.
+def wrap(model: nn.Module, layers: list[nn.Module], parallel: str, d: Dist, trainable: bool = True,
+         param_dtype: torch.dtype | None = None) -> nn.Module:
+    """Move a model to this rank's device, wrap it, and give every rank rank 0's weights.
 
-    fsdp2: one `fully_shard` per decoder layer plus the root (it moves each shard to the device);
+    Under torchrun only rank 0 needs real weights: the other ranks may build `model` on the meta
+    device (model.build_lm does) and receive rank 0's weights here, one tensor at a time.
+    fsdp2: one `fully_shard` per decoder layer plus the root; rank 0 sends each rank its shards. With
+    `param_dtype` (bf16) the shards stay fp32 (the master weights the optimizer updates); each layer is
+    gathered in param_dtype for compute and its gradients are reduce-scattered in fp32.
     ddp: DDP around the model, or the bare model when it has no gradients. No process group: bare.
     """
-    if not d.active or parallel == "ddp":
-        model.to(d.device)
-        if not d.active or not trainable:
+    if not d.active:
+        return model.to(d.device)
+    if parallel == "ddp":
+        if _on_meta(model):
+            to_empty(model, d.device)
+        else:
+            model.to(d.device)
+        for t in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(t.data, src=0)
+        if not trainable:
             return model
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    # rank 0's full weights, as tensors of their own: fully_shard moves the parameters themselves to the device
+    full = {name: p.detach() for name, p in model.named_parameters()} if d.main else {}
     mesh = init_device_mesh(d.device.type, (d.world_size,))
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32 if param_dtype else None)
     for layer in layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    if _on_meta(model):
+        to_empty(model, d.device)
+    _send_shards_from_rank0(model, full, d)
     return model
+
+
+@torch.no_grad()
+def _send_shards_from_rank0(model: nn.Module, full: dict[str, torch.Tensor], d: Dist) -> None:
+    """Fill the other ranks' FSDP2 shards from rank 0's full parameters, and every rank's buffers.
+
+    fully_shard keeps dim-0 chunk r of each parameter on rank r (torch.chunk; ranks past the last chunk
+    hold none), and rank 0's own chunk came from its real weights. Rank 0 sends each other rank only its
+    chunk, so no other rank ever holds a full tensor (a broadcast, as in set_model_state_dict with
+    broadcast_from_rank0, would put every full tensor on every rank in turn).
+    """
+    for name, p in model.named_parameters():  # shared (tied) parameters once
+        if d.main:
+            for r, chunk in enumerate(full[name].chunk(d.world_size)):
+                if r:
+                    dist.send(chunk.contiguous().to(d.device), dst=r)
+        elif (local := p.to_local()).numel():
+            dist.recv(local, src=0)
+    for b in model.buffers():  # e.g. rotary inv_freq: outside the state dict, uninitialised on meta-built ranks
+        dist.broadcast(b, src=0)
+
+
+def to_empty(model: nn.Module, device: torch.device) -> nn.Module:
+    """Give a meta-device model uninitialised storage on `device`; tied parameters stay tied."""
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)  # swap in place: a shared Parameter stays shared
+    try:
+        return model.to_empty(device=device)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
+
+
+def _on_meta(model: nn.Module) -> bool:
+    return any(t.is_meta for t in [*model.parameters(), *model.buffers()])
 
 
 @contextlib.contextmanager
 def gradient_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
-    """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP2) on all but the last micro-batch."""
-    if enabled or not hasattr(model, "no_sync") and not hasattr(model, "set_requires_gradient_sync"):
-        yield  # last micro-batch, or a bare model
-    elif hasattr(model, "no_sync"):  # DDP
+    """DDP: skip the gradient all-reduce unless `enabled` (the last micro-batch of a mini-batch).
+
+    FSDP2 needs nothing here: it reduce-scatters every micro-batch's gradients and adds them to the
+    sharded ones, so no rank ever holds a full-size gradient (skipping the sync, FSDP2 would keep an
+    unsharded fp32 gradient of every parameter until the last micro-batch; tests/test_scaled_real_shape.py
+    measures both).
+    """
+    if enabled or not hasattr(model, "no_sync"):
+        yield
+    else:
         with model.no_sync():
             yield
-    else:  # FSDP2
-        model.set_requires_gradient_sync(False)
-        try:
-            yield
-        finally:
-            model.set_requires_gradient_sync(True)
+
+
+def peak_rss_gib() -> float:
+    """This process's peak resident host memory so far (Linux ru_maxrss is in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def per_rank(value: float, d: Dist) -> list[float]:
+    """Every rank's `value`, in rank order (on every rank)."""
+    x = torch.zeros(d.world_size, dtype=torch.float64, device=d.device)
+    x[d.rank] = value
+    return all_sum(x).tolist()
 
 
 def grad_norm_clip(params: list[nn.Parameter], max_norm: float) -> float:

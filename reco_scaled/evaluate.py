@@ -29,6 +29,7 @@ from reco_io import format_table, plot_pass_at_k
 from reco_mini import default_ks, pass_at_k
 from reco_scaled.data import BENCHMARKS, TEMPLATES, DataError, build_prompt, load_benchmark, load_problems
 from reco_scaled.rollout.base import RolloutEngine
+from reco_scaled.rollout.factory import make_engine
 
 # (problem texts, n, seed) -> n response texts per problem
 Sampler = Callable[[list[str], int, int], list[list[str]]]
@@ -148,40 +149,20 @@ class EngineSampler:
         return [texts[i * n:(i + 1) * n] for i in range(len(problems))]
 
 
-def stop_token_ids(tokenizer, template: str) -> list[int]:
-    """Tokens that end a response besides the model's EOS: the tokenizer's EOS and, for the qwen-boxed
-    template, ``<|im_end|>`` (a Qwen base model's EOS is ``<|endoftext|>``, but it closes the chat turn
-    with ``<|im_end|>`` and may then keep writing, and a later ``\\boxed{}`` would be graded)."""
-    stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    if template == "qwen-boxed" and "<|im_end|>" in tokenizer.get_vocab():
-        stop.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-    return stop
-
-
 def make_sampler(cfg: EvalConfig) -> EngineSampler:
-    """Load the tokenizer and the engine named by ``cfg.engine`` for ``cfg.model``."""
+    """Load the tokenizer and, through the one engine factory, the engine named by ``cfg.engine``."""
+    import torch
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.model)
     if tokenizer.pad_token is None:  # e.g. Llama 3; padding is masked out anyway
         tokenizer.pad_token = tokenizer.eos_token
-    stop = stop_token_ids(tokenizer, cfg.template)
-    if cfg.engine == "vllm":
-        from reco_scaled.rollout.vllm_engine import VLLMEngine
-
-        engine: RolloutEngine = VLLMEngine(
-            cfg.model, max_model_len=cfg.max_model_len or cfg.max_new_tokens + 1024,
-            gpu_memory_utilization=cfg.gpu_memory_utilization, tensor_parallel_size=cfg.tensor_parallel_size,
-            enable_sleep_mode=False, seed=cfg.seed, stop_token_ids=stop)
-    else:
-        import torch
-
-        from reco_scaled.rollout.hf_engine import HFEngine
-
-        cuda = torch.cuda.is_available()
-        engine = HFEngine.from_pretrained(cfg.model, tokenizer, torch.device("cuda" if cuda else "cpu"),
-                                          torch.bfloat16 if cuda else torch.float32, batch_size=cfg.hf_batch_size,
-                                          stop_token_ids=stop)
+    cuda = torch.cuda.is_available()
+    engine = make_engine(cfg.engine, cfg.model, tokenizer, template=cfg.template,
+                         device=torch.device("cuda" if cuda else "cpu"), dtype=torch.bfloat16 if cuda else torch.float32,
+                         seed=cfg.seed, hf_batch_size=cfg.hf_batch_size,
+                         max_model_len=cfg.max_model_len or cfg.max_new_tokens + 1024,
+                         gpu_memory_utilization=cfg.gpu_memory_utilization, tensor_parallel_size=cfg.tensor_parallel_size)
     return EngineSampler(engine, tokenizer, cfg)
 
 

@@ -2,8 +2,9 @@
 
 `PolicyModel` is what DDP and FSDP2 wrap. Its forward runs the decoder and the LM head (naive or
 fused, see loss.token_stats) inside one module call, so FSDP2's root unshards the LM head for it.
-`load_lm` loads a model directory; with model.path "" it first builds reco_mini's tiny countdown
-model, SFT-ed by reco_countdown.sft and cached as a model directory under runs/cache/.
+`load_lm` loads a model directory (real weights on rank 0 only: `build_lm`); with model.path "" it
+first builds reco_mini's tiny countdown model, SFT-ed by reco_countdown.sft and cached as a model
+directory under runs/cache/.
 """
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ class PolicyModel(nn.Module):
 
 
 def load_lm(cfg: RunConfig, d: distributed.Dist) -> tuple[nn.Module, object, str]:
-    """(fp32 HF causal LM on the CPU, tokenizer, model directory); wrapping moves it to the device."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(fp32 HF causal LM, tokenizer, model directory): real weights on rank 0 only, see `build_lm`."""
+    from transformers import AutoTokenizer
 
     path = cfg.model.path
     if not path:
@@ -59,18 +60,23 @@ def load_lm(cfg: RunConfig, d: distributed.Dist) -> tuple[nn.Module, object, str
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    lm = build_lm(path, torch.float32, d)
     if cfg.model.gradient_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lm.config.use_cache = False
     return lm, tokenizer, path
 
 
-def load_reference(path: str, dtype: torch.dtype) -> nn.Module:
-    """The frozen base policy (for the KL to it), loaded straight in `dtype` to spare host memory."""
-    from transformers import AutoModelForCausalLM
+def build_lm(path: str, dtype: torch.dtype, d: distributed.Dist) -> nn.Module:
+    """The causal LM of a model directory, on the CPU: read from disk by rank 0 (or a single process);
+    built on the meta device, without weights or host memory, by the other ranks, which
+    distributed.wrap then gives rank 0's weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype).requires_grad_(False).eval()
+    if d.main or not d.active:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype)
 
 
 def mini_config(cfg: RunConfig) -> Config:

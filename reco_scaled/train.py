@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from reco_scaled import distributed
     from reco_scaled.checkpoint import CheckpointError
-    from reco_scaled.trainer import EngineStartError, Trainer
+    from reco_scaled.rollout.factory import EngineStartError
+    from reco_scaled.trainer import Trainer
 
     d = distributed.init()
     trainer = None

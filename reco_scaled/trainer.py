@@ -1,9 +1,16 @@
-"""The RL loop (DESIGN section 2) under torchrun: rollout -> reward -> advantage -> old statistics ->
+"""The RL loop (docs/design.md §2) under torchrun: rollout -> reward -> advantage -> old statistics ->
 response weights -> mini-batch updates -> weight sync -> log, with checkpoints.
+
+Memory: only rank 0 reads the weights from disk (the others build the model on the meta device and
+receive rank 0's weights, distributed.wrap); on GPU with precision bf16, FSDP2 computes in bf16 over
+fp32 master weights and reduce-scatters fp32 gradients after every micro-batch, and autocast covers
+the forward only. The reference model is built only when algo.kl_coef > 0; without it `kl_base` is
+not logged (docs/design.md §2 lists it; it would cost a second model and a forward pass per step).
+The rollout engine sleeps during the update and is woken in the order weights -> sync -> KV cache.
 
 Distribution: each rank owns prompts_per_step / world_size whole groups, so advantages and response
 weights (reco_mini.group_advantages, reco_mini.occurrence_weights) need no communication. Two things
-are global and all-reduced: mean V_old over all response tokens (DESIGN 3.3) and each mini-batch's
+are global and all-reduced: mean V_old over all response tokens (docs/design.md §3.3) and each mini-batch's
 loss normaliser (its token count, or sequence count), fixed before the micro-batch loop. Mini-batch
 m holds the rollouts with local index i = m (mod minibatches) on every rank, which is the same set
 of rollouts at any world size; the loss is therefore independent of the world size and of the
@@ -27,13 +34,9 @@ from reco_mini import focal_scale, group_advantages, k3, occurrence_weights
 from reco_scaled import checkpoint, distributed
 from reco_scaled.config import RunConfig, batch_plan, describe, flatten
 from reco_scaled.loss import StatSums, collate, micro_loss, take
-from reco_scaled.model import PolicyModel, load_lm, load_reference
-from reco_scaled.rollout.base import RolloutEngine
+from reco_scaled.model import PolicyModel, build_lm, load_lm
+from reco_scaled.rollout.factory import make_engine
 from reco_scaled.task import PromptSampler, load_task
-
-
-class EngineStartError(RuntimeError):
-    """The rollout engine could not start (the message names it and suggests rollout.engine: hf)."""
 
 
 class Trainer:
@@ -51,14 +54,28 @@ class Trainer:
             print(describe(cfg, self.plan))
             print(memory_note(lm, cfg, d.world_size))
             print(f"training problems: {len(self.task.problems)}", flush=True)
-        ref = PolicyModel(load_reference(model_dir, torch.bfloat16 if self.bf16 else torch.float32),
-                          fused=cfg.train.fused_kernel).eval()
-        self.ref = distributed.wrap(ref, ref.layers, cfg.train.parallel, d, trainable=False)
+        dtype = torch.bfloat16 if self.bf16 else torch.float32  # compute dtype (the policy's weights stay fp32)
         self.lm = lm
         policy = PolicyModel(lm, fused=cfg.train.fused_kernel)
-        self.model = distributed.wrap(policy, policy.layers, cfg.train.parallel, d)
+        self.model = distributed.wrap(policy, policy.layers, cfg.train.parallel, d,
+                                      param_dtype=torch.bfloat16 if self.bf16 else None)
+        self.ref = None  # the frozen base policy, for the KL penalty only
+        if cfg.loss.kl_coef > 0:
+            ref = PolicyModel(build_lm(model_dir, dtype, d), fused=cfg.train.fused_kernel).requires_grad_(False).eval()
+            self.ref = distributed.wrap(ref, ref.layers, cfg.train.parallel, d, trainable=False)
+        loaded = distributed.per_rank(distributed.peak_rss_gib(), d)
         # last: vLLM checks at start-up that its gpu_memory_utilization share of the GPU is still free
-        self.engine = make_engine(cfg, self.tokenizer, model_dir, d, self.bf16)
+        r = cfg.rollout
+        self.engine = make_engine(r.engine, model_dir, self.tokenizer, template=cfg.data.template if cfg.task == "math" else None,
+                                  device=d.device, dtype=dtype, seed=cfg.seed,
+                                  hf_batch_size=r.engine_batch_size, load_weights=False, max_model_len=r.max_model_len,
+                                  gpu_memory_utilization=r.gpu_memory_utilization,
+                                  tensor_parallel_size=r.tensor_parallel_size, enable_sleep_mode=r.enable_sleep_mode,
+                                  sleep_level=r.sleep_level, distributed=d.world_size > 1)
+        started = distributed.per_rank(distributed.peak_rss_gib(), d)
+        if d.main:
+            print(f"host memory, peak RSS per rank: {_gib(loaded)} GiB after loading the model, "
+                  f"{_gib(started)} GiB with the rollout engine", flush=True)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.train.lr, weight_decay=cfg.train.weight_decay)
         warmup = cfg.train.warmup_steps
@@ -67,6 +84,7 @@ class Trainer:
         self.ckpt_root = cfg.out_dir / "checkpoints"
         self.log_path = cfg.out_dir / "log.jsonl"
         self._resume()
+        self.engine.sync_weights(self.lm)  # the HF engine was built without weights; a resume changed them
 
     # ------------------------------------------------------------------------------------ set-up
 
@@ -95,7 +113,6 @@ class Trainer:
         self.scheduler.load_state_dict(meta["scheduler"])
         self.sampler.load_state_dict(meta["sampler"])
         self.step = meta["step"]
-        self.engine.sync_weights(self.lm)
         if d.main:
             now = flatten(dataclasses.asdict(cfg))
             changed = [k for k, v in flatten(meta["config"]).items() if now.get(k) != v]
@@ -157,7 +174,8 @@ class Trainer:
 
         batch, sampler_logp = collate(ro, self.tokenizer.pad_token_id, d.device)
         old_logp, v_old, entropy = self._forward_no_grad(self.model, batch)
-        ref_logp = self._forward_no_grad(self.ref, batch)[0]
+        if self.ref is not None:
+            batch["ref_logp"] = self._forward_no_grad(self.ref, batch)[0]
         mask = batch["mask"]
         n_tokens = distributed.all_sum(mask.sum().double())
         loss_cfg = cfg.loss
@@ -169,14 +187,15 @@ class Trainer:
         advantages = (group_advantages(rewards, scale_by_std=not loss_cfg.no_std) * focal).to(d.device)  # [Pr, G]
         weights = occurrence_weights((old_logp * mask).sum(-1).view(Pr, G), loss_cfg.occurrence, ro.response_ids,
                                      mask.sum(-1).view(Pr, G), advantages, loss_cfg.occurrence_apply)
-        batch.update(old_logp=old_logp, v_old=v_old, ref_logp=ref_logp, advantages=advantages.flatten(),
-                     weights=weights.flatten())
+        batch.update(old_logp=old_logp, v_old=v_old, advantages=advantages.flatten(), weights=weights.flatten())
         times["old_stats"], t = time.perf_counter() - t, time.perf_counter()
 
         lr = self.optimizer.param_groups[0]["lr"]
         update = self._update(batch)
+        if d.device.type == "cuda":  # hand the update's cached blocks back before the engine wakes
+            torch.cuda.empty_cache()
         times["update"], t = time.perf_counter() - t, time.perf_counter()
-        self.engine.sync_weights(self.lm)
+        self.engine.sync_weights(self.lm)  # a sleeping vLLM engine wakes its weights only; wake() adds the KV cache
         self.scheduler.step()
         self.step += 1
         times["sync"] = time.perf_counter() - t
@@ -184,6 +203,10 @@ class Trainer:
         row = {"step": self.step, **self._rollout_metrics(batch, rewards, entropy, sampler_logp, n_tokens), **update,
                "lr": lr}
         row.update({f"time_{k}": v for k, v in times.items()}, time_step=sum(times.values()))
+        if d.device.type == "cuda":
+            peak = torch.tensor(torch.cuda.max_memory_allocated() / 2**30, device=d.device)
+            row["gpu_mem_peak_gib"] = distributed.all_max(peak).item()  # the largest over ranks
+            torch.cuda.reset_peak_memory_stats()
         return row
 
     @torch.no_grad()
@@ -222,9 +245,10 @@ class Trainer:
 
     def _rollout_metrics(self, batch: dict[str, Tensor], rewards: Tensor, entropy: Tensor, sampler_logp: Tensor,
                          n_tokens: Tensor) -> dict[str, float]:
-        """Global rollout statistics: sums all-reduced, then divided by global counts."""
+        """Global rollout statistics: sums all-reduced, then divided by global counts; kl_base only with a
+        reference model (algo.kl_coef > 0)."""
         mask, A, w = batch["mask"], batch["advantages"], batch["weights"]
-        kl = torch.where(mask.bool(), k3(batch["old_logp"], batch["ref_logp"]), 0.0)  # padding may hold inf
+        kl = mask.new_zeros(()) if self.ref is None else torch.where(mask.bool(), k3(batch["old_logp"], batch["ref_logp"]), 0.0)
         lengths = mask.sum(-1)
         sums = distributed.all_sum(torch.stack([
             rewards.sum(), torch.tensor(float(rewards.numel())), (rewards.max(1).values > 0).sum(),
@@ -236,12 +260,15 @@ class Trainer:
         ]).double()).tolist()
         top = distributed.all_max(torch.stack([w.max(), -w.min(), lengths.max()]).double()).tolist()
         n_roll, n_tok = sums[1], n_tokens.item()
-        return {"reward_mean": sums[0] / n_roll, "pass_rate": sums[2] / sums[3],
-                "adv_abs_mean": tok[0] / n_roll, "adv_nonzero_frac": tok[1] / n_roll,
-                "w_min": -top[1], "w_mean": tok[2] / n_roll, "w_max": top[0],
-                "v_old_mean": batch["v_old_mean"].item(), "entropy": tok[3] / n_tok, "kl_base": tok[4] / n_tok,
-                "response_length": n_tok / n_roll, "response_length_max": top[2],
-                "engine_logp_abs_diff": tok[5] / n_tok}
+        row = {"reward_mean": sums[0] / n_roll, "pass_rate": sums[2] / sums[3],
+               "adv_abs_mean": tok[0] / n_roll, "adv_nonzero_frac": tok[1] / n_roll,
+               "w_min": -top[1], "w_mean": tok[2] / n_roll, "w_max": top[0],
+               "v_old_mean": batch["v_old_mean"].item(), "entropy": tok[3] / n_tok,
+               "response_length": n_tok / n_roll, "response_length_max": top[2],
+               "engine_logp_abs_diff": tok[5] / n_tok}
+        if self.ref is not None:
+            row["kl_base"] = tok[4] / n_tok
+        return row
 
     def close(self) -> None:
         close = getattr(self.engine, "close", None)
@@ -250,32 +277,6 @@ class Trainer:
 
 
 # ---------------------------------------------------------------------------------------- helpers
-
-def make_engine(cfg: RunConfig, tokenizer, model_dir: str, d: distributed.Dist, bf16: bool) -> RolloutEngine:
-    """The configured rollout engine, loaded from the model directory; vllm is imported only when asked for."""
-    r = cfg.rollout
-    stop = []
-    if cfg.task == "math":  # e.g. <|im_end|> closes a qwen-boxed turn, while a Qwen base model's EOS is <|endoftext|>
-        from reco_scaled.evaluate import stop_token_ids
-
-        stop = stop_token_ids(tokenizer, cfg.data.template)
-    if r.engine == "hf":
-        from reco_scaled.rollout.hf_engine import HFEngine
-
-        return HFEngine.from_pretrained(model_dir, tokenizer, d.device, torch.bfloat16 if bf16 else torch.float32,
-                                        batch_size=r.engine_batch_size, stop_token_ids=stop)
-    try:
-        from reco_scaled.rollout.vllm_engine import VLLMEngine
-
-        return VLLMEngine(model_dir, max_model_len=r.max_model_len, gpu_memory_utilization=r.gpu_memory_utilization,
-                          tensor_parallel_size=r.tensor_parallel_size, dtype="bfloat16" if bf16 else "float32",
-                          enable_sleep_mode=r.enable_sleep_mode, seed=cfg.seed, distributed=d.world_size > 1,
-                          stop_token_ids=stop)
-    except Exception as e:
-        raise EngineStartError(f"rollout engine 'vllm' failed to start: {e}\n"
-                               "Use the transformers engine instead: set `rollout.engine: hf` in the config "
-                               "(or pass rollout.engine=hf).") from e
-
 
 def accumulate_gradients(model: torch.nn.Module, cfg: RunConfig, batch: dict[str, Tensor], rows: Tensor,
                          stats: StatSums, world_size: int,
@@ -291,13 +292,27 @@ def accumulate_gradients(model: torch.nn.Module, cfg: RunConfig, batch: dict[str
     loss_sum = torch.zeros((), device=rows.device)
     for j, chunk in enumerate(chunks):
         mb, _ = take(batch, chunk)
-        with distributed.gradient_sync(model, j == len(chunks) - 1), amp():
-            logp, v, _ = model(mb["prompt_ids"], mb["prompt_mask"], mb["resp"], mb["mask"], cfg.rollout.temperature)
-            loss, s = micro_loss(cfg, logp, v, mb, num_tokens, num_seqs)
-            (loss * world_size).backward()  # DDP and FSDP2 average gradients over ranks; the loss is a global mean
+        loss, s = backward_micro_batch(model, cfg, mb, num_tokens, num_seqs, world_size, j == len(chunks) - 1, amp)
         stats.add(s, mb["mask"].sum().item())
-        loss_sum += loss.detach()
+        loss_sum += loss
     return distributed.all_sum(loss_sum).item()
+
+
+def backward_micro_batch(model: torch.nn.Module, cfg: RunConfig, mb: dict[str, Tensor], num_tokens: Tensor,
+                         num_seqs: Tensor, world_size: int, last: bool,
+                         amp: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+                         ) -> tuple[Tensor, dict[str, float]]:
+    """Forward and backward of one micro-batch; returns its (detached) loss and statistics.
+
+    Autocast covers the forward only, so no autocast cache outlives it. DDP all-reduces the gradients
+    on the `last` micro-batch only; FSDP2 reduce-scatters them on every one (distributed.gradient_sync).
+    """
+    with distributed.gradient_sync(model, last):
+        with amp():
+            logp, v, _ = model(mb["prompt_ids"], mb["prompt_mask"], mb["resp"], mb["mask"], cfg.rollout.temperature)
+        loss, s = micro_loss(cfg, logp, v, mb, num_tokens, num_seqs)
+        (loss * world_size).backward()  # DDP and FSDP2 average gradients over ranks; the loss is a global mean
+    return loss.detach(), s
 
 
 def memory_note(lm: torch.nn.Module, cfg: RunConfig, world_size: int) -> str:
@@ -306,6 +321,10 @@ def memory_note(lm: torch.nn.Module, cfg: RunConfig, world_size: int) -> str:
     shard = state / world_size if cfg.train.parallel == "fsdp2" else state
     return (f"model: {n / 1e6:.1f}M parameters; fp32 weights + grads + AdamW = 16 B/param = {_bytes(state)} "
             f"({_bytes(shard)} per rank under {cfg.train.parallel}), before activations, reference model and engine")
+
+
+def _gib(values: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in values)
 
 
 def _bytes(n: float) -> str:

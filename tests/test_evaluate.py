@@ -21,7 +21,6 @@ from reco_scaled.evaluate import (
     parse_config,
     read_counts,
     run_eval,
-    stop_token_ids,
     summarize,
 )
 
@@ -183,15 +182,6 @@ def test_hf_sampler_passes_temperature_top_p_and_stop_tokens(tiny_model_dir):
     assert both == sampler(["1+2", "3*4"], 3, 5)  # seeded
     # sample g of prompt i uses seed + i*n + g, so a problem's samples do not depend on its batch (resume)
     assert sampler(["3*4"], 3, 5 + 3) == both[1:]
-
-
-def test_stop_tokens_include_im_end_for_the_qwen_template():
-    tok = reco_countdown.char_tokenizer()
-    assert stop_token_ids(tok, "qwen-boxed") == [tok.eos_token_id]
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_end|>"]})
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    assert stop_token_ids(tok, "qwen-boxed") == [tok.eos_token_id, im_end]
-    assert stop_token_ids(tok, "plain") == [tok.eos_token_id]
 
 
 def test_end_to_end_on_a_tiny_model_with_resume_and_compare(tiny_model_dir, tmp_path):

@@ -72,13 +72,17 @@ def test_cli_exit_code_is_2():
     assert proc.returncode == 2 and "unknown config key 'bogus'" in proc.stderr
 
 
-def test_vllm_start_failure_names_the_engine_and_suggests_hf():
-    from reco_scaled import distributed
-    from reco_scaled.trainer import EngineStartError, make_engine
+def test_vllm_start_failure_names_the_engine_and_both_hf_switches():
+    from reco_scaled.rollout.factory import EngineStartError, make_engine
 
-    cfg = load_config(TINY, ["rollout.engine=vllm"])
-    with pytest.raises(EngineStartError, match=r"rollout engine 'vllm'(.|\n)*rollout\.engine: hf"):
-        make_engine(cfg, None, "/nonexistent/model", distributed.Dist(0, 1, torch.device("cpu")), False)
+    with pytest.raises(EngineStartError, match=r"rollout engine 'vllm'.*rollout\.engine=hf .*--engine hf"):
+        make_engine("vllm", "/nonexistent/model", None, template=None, device=torch.device("cpu"), dtype=torch.float32)
+
+
+def test_sleep_level_must_be_1_or_2(capsys):
+    assert load_config(TINY).rollout.sleep_level == 2
+    assert main(["--config", str(TINY), "rollout.sleep_level=3"]) == 2
+    assert "'rollout.sleep_level'" in capsys.readouterr().err
 
 
 def test_paper_configs_exist_for_three_models_and_two_methods():
@@ -94,6 +98,7 @@ def test_paper_config_loads_and_divides_evenly_on_8_gpus(path):
     assert cfg.rollout.group_size == 8 and cfg.train.lr == 1e-6 and cfg.algo.kl_coef == 0.0
     assert cfg.algo.clip_low == cfg.algo.clip_high == 0.2 and cfg.algo.aggregation == "token-mean"
     assert cfg.train.parallel == "fsdp2" and cfg.model.gradient_checkpointing and cfg.rollout.engine == "vllm"
+    assert cfg.rollout.enable_sleep_mode and cfg.rollout.sleep_level == 2
     assert 512 <= plan["rollouts"] <= 1024
     assert plan["optimizer_steps"] > 1  # several updates per rollout batch, so the ratio matters
     assert 3072 <= cfg.rollout.max_new_tokens <= 4096
@@ -104,3 +109,38 @@ def test_paper_config_loads_and_divides_evenly_on_8_gpus(path):
     if cfg.algo.method == "reco":
         loss = cfg.loss
         assert (loss.occurrence, loss.token_ratio) == ("count", "variance") and "Occurrence variant" in header
+
+
+def test_readme_memory_table_and_config_headers_are_the_arithmetic():
+    """The README's table is what `python -m reco_scaled.memory` prints, and each paper config's header quotes its peaks."""
+    from reco_scaled.memory import markdown_table, peaks
+
+    readme = (ROOT / "README.md").read_text()
+    assert readme.split("<!-- memory:begin -->\n")[1].split("\n<!-- memory:end -->")[0] == markdown_table()
+    for path in PAPER:
+        train, roll = peaks(load_config(path))
+        assert f"per GPU ~{train:.0f} GB while training, ~{roll:.0f} GB during rollouts" in path.read_text(), path.name
+
+
+@pytest.mark.parametrize("shape, bias", [("qwen2.5-0.5b", True), ("qwen2.5-math-1.5b", True), ("qwen2.5-math-7b", True),
+                                         ("llama3.1-8b-instruct", False)])
+def test_shape_parameter_counts_follow_the_closed_form(shape, bias):
+    """reco_scaled.shapes builds each model on the meta device; count its parameters by hand instead."""
+    from reco_scaled.shapes import SHAPES, parameter_count
+
+    s = SHAPES[shape]
+    d, kv = s["hidden_size"], s["num_key_value_heads"] * s["hidden_size"] // s["num_attention_heads"]
+    layer = 2 * d * d + 2 * d * kv + (d + 2 * kv if bias else 0) + 3 * d * s["intermediate_size"] + 2 * d
+    n = s["vocab_size"] * d * (1 if s["tie_word_embeddings"] else 2) + s["num_hidden_layers"] * layer + d
+    assert parameter_count(shape) == (n, layer)
+
+
+def test_memory_terms_of_the_7b_config():
+    from reco_scaled.memory import training_terms
+
+    cfg = load_config(CONFIGS / "qwen2.5-math-7b-reco.yaml")
+    terms = {t.name.split(" (")[0].split(",")[0]: t.gb for t in training_terms(cfg, 8)}
+    n = 7_615_616_512  # Qwen2.5-Math-7B
+    assert terms["fp32 master weights"] == pytest.approx(4 * n / 8 / 1e9)
+    assert terms["AdamW moments"] == pytest.approx(8 * n / 8 / 1e9)
+    assert terms["checkpointed bf16 layer inputs"] == pytest.approx(2 * 4 * 4096 * 3584 * 28 / 1e9)

@@ -73,3 +73,33 @@ def test_sync_weights_changes_greedy_generations(setup):
     after = engine.generate(PROMPTS, 1, temperature=0, max_new_tokens=8).response_ids
     assert after == expected.generate(PROMPTS, 1, temperature=0, max_new_tokens=8).response_ids
     assert after != before
+
+
+def test_stop_tokens_include_im_end_for_the_qwen_template():
+    from reco_scaled.rollout.factory import stop_token_ids
+
+    tok = char_tokenizer()
+    assert stop_token_ids(tok, "qwen-boxed") == [tok.eos_token_id]
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_end|>"]})
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert stop_token_ids(tok, "qwen-boxed") == [tok.eos_token_id, im_end]
+    assert stop_token_ids(tok, "plain") == [tok.eos_token_id]
+    assert stop_token_ids(tok, None) == []  # no prompt template (countdown)
+
+
+def test_engine_built_without_weights_matches_a_loaded_one_after_sync(setup, tmp_path):
+    """The trainer's HF engine never reads the weights from disk: sync_weights fills it (buffers included)."""
+    from reco_scaled.rollout.factory import make_engine
+
+    tok, lm, _ = setup
+    lm.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    kw = dict(template=None, device=torch.device("cpu"), dtype=torch.float32)
+    empty = make_engine("hf", str(tmp_path), tok, load_weights=False, **kw)
+    with pytest.raises(RuntimeError, match="sync_weights"):
+        empty.generate(PROMPTS, 1)
+    empty.sync_weights(lm)
+    assert empty.model.lm_head.weight is empty.model.model.embed_tokens.weight  # still tied
+    loaded = make_engine("hf", str(tmp_path), tok, **kw)
+    a, b = (e.generate(PROMPTS, 2, max_new_tokens=8, seed=3) for e in (empty, loaded))
+    assert a.response_ids == b.response_ids and a.sampler_logprobs == b.sampler_logprobs

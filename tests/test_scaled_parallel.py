@@ -3,10 +3,14 @@
 The reference is computed here, in one process, straight from reco_mini (response_logits,
 token_logprobs, variance_stat, policy_loss over the whole batch with its own normaliser). The
 distributed side runs this file under torchrun: each rank takes half of the rollouts and runs the
-trainer's accumulate_gradients (micro-batches, all-reduced normaliser) through DDP or FSDP2.
+trainer's accumulate_gradients (micro-batches, all-reduced normaliser) through DDP or FSDP2. Rank 1
+builds its model on the meta device, as the trainer does, so its weights come from rank 0 alone.
+FSDP2 with bf16 compute (the trainer's GPU setting) is checked too, against the same fp32 reference
+within bf16's precision, with fp32 master weights and gradients.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -79,16 +83,23 @@ def worker(out: str) -> None:
 
     d = distributed.init()
     results = {}
-    for parallel in ("ddp", "fsdp2"):
-        for case in CASES:
+    for parallel in ("ddp", "fsdp2", "fsdp2-bf16"):
+        for case in CASES if parallel != "fsdp2-bf16" else ["reco-token-mean"]:
             lm, b = make_case()
+            if d.rank:  # no weights on ranks other than 0 (reco_scaled.model.build_lm)
+                with torch.device("meta"):
+                    lm = tiny_model(char_tokenizer(), hidden=32, layers=2)
             half = B // d.world_size
             mine = {k: v[d.rank * half: (d.rank + 1) * half] if v.ndim else v for k, v in b.items()}
             policy = PolicyModel(lm)
-            model = distributed.wrap(policy, policy.layers, parallel, d)
-            accumulate_gradients(model, config(case), mine, torch.arange(half), StatSums(), d.world_size)
+            bf16 = parallel == "fsdp2-bf16"
+            model = distributed.wrap(policy, policy.layers, parallel.removesuffix("-bf16"), d,
+                                     param_dtype=torch.bfloat16 if bf16 else None)
+            amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+            accumulate_gradients(model, config(case), mine, torch.arange(half), StatSums(), d.world_size, amp)
             grads = {}
             for n, p in model.named_parameters():
+                assert p.dtype == p.grad.dtype == torch.float32  # fp32 master weights and gradients
                 g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
                 grads[n.removeprefix("module.")] = g.clone()
             results[f"{parallel}/{case}"] = grads
@@ -112,6 +123,9 @@ def test_ddp_and_fsdp2_gradients_equal_full_batch(tmp_path):
             assert got.keys() == ref.keys()
             for name, g in ref.items():
                 torch.testing.assert_close(got[name], g, rtol=1e-5, atol=1e-7, msg=f"{parallel} {case} {name}")
+    ref = reference_grads("reco-token-mean")
+    for name, g in results["fsdp2-bf16/reco-token-mean"].items():  # bf16 keeps 8 significant bits
+        assert (g - ref[name]).norm() <= 0.03 * ref[name].norm(), name
 
 
 def test_micro_batch_size_does_not_change_gradients():

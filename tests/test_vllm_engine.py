@@ -121,7 +121,7 @@ def test_module_imports_without_vllm_and_error_suggests_hf(tmp_path):
         pytest.skip("vllm is importable in this environment")
     with pytest.raises(vllm_engine.VLLMEngineError) as e:
         vllm_engine.VLLMEngine(str(tmp_path))
-    assert "'vllm'" in str(e.value) and "rollout: hf" in str(e.value)
+    assert "'vllm'" in str(e.value) and "rollout.engine=hf" in str(e.value) and "--engine hf" in str(e.value)
 
 
 def test_state_dict_names_are_unwrapped():
@@ -149,3 +149,55 @@ def test_state_dict_names_are_unwrapped():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+class _FakeLLM:
+    """Stands in for vllm.LLM: records the calls that move memory or weights."""
+
+    calls: list = []
+
+    def __init__(self, **kwargs):
+        type(self).calls = [("init", kwargs["enable_sleep_mode"])]
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tags))
+
+    def collective_rpc(self, method, kwargs):
+        self.calls.append((method, len(list(kwargs["weights_iterator"]))))
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """A `vllm` package with just what VLLMEngine imports, on a platform that has sleep mode."""
+    import types
+
+    platform = types.SimpleNamespace(is_cpu=lambda: False, is_sleep_mode_available=lambda: True, device_type="cuda")
+    modules = {"vllm": types.SimpleNamespace(LLM=_FakeLLM, SamplingParams=dict),
+               "vllm.inputs": types.SimpleNamespace(TokensPrompt=dict),
+               "vllm.platforms": types.SimpleNamespace(current_platform=platform)}
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return _FakeLLM
+
+
+def test_sleep_level_2_wakes_weights_then_syncs_then_wakes_the_kv_cache(fake_vllm):
+    from reco_scaled.rollout.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine("unused", enable_sleep_mode=True)
+    assert engine.sleep_level == 2
+    model = torch.nn.Linear(2, 2)
+    engine.sleep()  # after the rollouts
+    with pytest.raises(RuntimeError, match="sync_weights"):
+        engine.generate([[1, 2]], 1)  # level 2 discarded the weights
+    engine.sync_weights(model)  # after the update
+    engine.wake()  # before the next rollouts
+    assert fake_vllm.calls == [("init", True), ("sleep", 2), ("wake_up", ["weights"]), ("reload_weights", 2),
+                               ("wake_up", ["kv_cache"]), ("reset_prefix_cache",)]
+    with pytest.raises(Exception, match="sleep_level must be 1 or 2"):
+        VLLMEngine("unused", sleep_level=3)

@@ -112,7 +112,7 @@ def hf_token_logprobs(model, prompt: list[int], response: list[int], temperature
 
 
 def check_start_failure(tmp: str) -> dict:
-    """A model dir without a config: the engine must fail with an error that names it and suggests rollout: hf."""
+    """A model dir without a config: the engine must fail with an error that names it and suggests rollout.engine=hf."""
     from reco_scaled.rollout.vllm_engine import VLLMEngine, VLLMEngineError
 
     bad = Path(tmp) / "not-a-model"
@@ -123,7 +123,7 @@ def check_start_failure(tmp: str) -> dict:
     except VLLMEngineError as e:
         msg = str(e)
         return {"raised": True, "message": msg[:400], "names_engine": "'vllm'" in msg,
-                "suggests_hf": "rollout: hf" in msg, "seconds": round(time.time() - t0, 2)}
+                "suggests_hf": "rollout.engine=hf" in msg, "seconds": round(time.time() - t0, 2)}
     except Exception as e:  # wrong type
         return {"raised": True, "message": f"{type(e).__name__}: {e}"[:400], "names_engine": False, "suggests_hf": False}
     return {"raised": False}
@@ -210,14 +210,16 @@ def run_checks(tmp: str, res: dict, bench: bool = False) -> None:
         "seconds": round(time.time() - t0, 2),
     }
 
-    # (4) sleep / wake round trip keeps generation working (and weights intact)
+    # (4) sleep / wake round trips keep generation working; sleep level 2 (the default) drops the weights,
+    # so each round trip syncs them: asleep (the trainer's order: weights, sync, KV cache), or after waking
     t0 = time.time()
     eng.sleep()
+    eng.sync_weights(model)
     eng.wake()
     g3 = eng.generate(prompts, 1, temperature=0.0, max_new_tokens=MAX_NEW)
     eng.sleep()
-    eng.sync_weights(model)  # sync while asleep, as the trainer does after an update
     eng.wake()
+    eng.sync_weights(model)
     g4 = eng.generate(prompts, 1, temperature=0.0, max_new_tokens=MAX_NEW)
     res["sleep_wake"] = {
         "works": g3.response_ids == g2.response_ids and g4.response_ids == g2.response_ids,

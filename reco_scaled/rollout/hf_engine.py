@@ -2,7 +2,8 @@
 
 The engine has its own copy of the model, so that generation never runs through DDP or FSDP2
 (FSDP2 would need every rank to take the same number of decoding steps); `sync_weights` copies
-the trainer's full weights into it.
+the trainer's full weights (and buffers) into it. Built with load_weights=False it never reads the
+weights from disk: the trainer fills it with sync_weights at start-up.
 
 Sample g of prompt i draws from its own generator, seeded with seed + i*n + g (as the vLLM engine
 does), so a sample does not depend on which other prompts share the batch: the same global prompt
@@ -23,18 +24,33 @@ class HFEngine(RolloutEngine):
         self.model = model.requires_grad_(False).eval()
         self.eos = torch.tensor(eos_token_ids, device=self.device)
         self.pad_id, self.batch_size = pad_token_id, batch_size
+        self.weights_valid = True  # False until sync_weights fills an engine built without weights
 
     @classmethod
     def from_pretrained(cls, path: str, tokenizer, device: torch.device, dtype: torch.dtype = torch.float32,
-                        batch_size: int = 256, stop_token_ids: list[int] = ()) -> HFEngine:
-        """Load a model directory. A response ends at the tokenizer's EOS, the generation config's EOS
-        ids, or any of `stop_token_ids`."""
-        from transformers import AutoModelForCausalLM
+                        batch_size: int = 256, stop_token_ids: list[int] = (), load_weights: bool = True) -> HFEngine:
+        """A model directory's model. A response ends at the tokenizer's EOS, the generation config's
+        EOS ids, or any of `stop_token_ids`. load_weights=False: uninitialised weights on `device`, to be
+        filled by sync_weights before the first generate."""
+        from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        if load_weights:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        else:
+            from reco_scaled.distributed import to_empty
+
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype)
+            model = to_empty(model, device)
+            try:
+                model.generation_config = GenerationConfig.from_pretrained(path)
+            except OSError:  # no generation_config.json: the one derived from the model config stays
+                pass
         eos = model.generation_config.eos_token_id
         eos_ids = {tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos]), *stop_token_ids} - {None}
-        return cls(model, eos_token_ids=sorted(eos_ids), pad_token_id=tokenizer.pad_token_id, batch_size=batch_size)
+        engine = cls(model, eos_token_ids=sorted(eos_ids), pad_token_id=tokenizer.pad_token_id, batch_size=batch_size)
+        engine.weights_valid = load_weights
+        return engine
 
     @property
     def device(self) -> torch.device:
@@ -47,6 +63,8 @@ class HFEngine(RolloutEngine):
         temperature 0 is greedy (log-probs then of the untempered distribution); top_p < 1 samples from
         the nucleus, and the log-probs are those of the renormalised nucleus distribution.
         """
+        if not self.weights_valid:
+            raise RuntimeError("HFEngine was built without weights: call sync_weights(model) before generate")
         rows = [p for p in prompt_ids for _ in range(n)]
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
@@ -74,7 +92,7 @@ class HFEngine(RolloutEngine):
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
         logits = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
-                            use_cache=True).logits[:, -1]
+                            use_cache=True, logits_to_keep=1).logits[:, -1]  # not [B, L, V] logits of the prompt
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
         tokens: list[Tensor] = []
         logps: list[Tensor] = []
@@ -114,10 +132,16 @@ class HFEngine(RolloutEngine):
     @torch.no_grad()
     def sync_weights(self, model: nn.Module) -> None:
         """Copy the trainer's HF model (plain, or with FSDP2-sharded parameters) into the engine's, one
-        tensor at a time; all ranks call this together (each FSDP2 shard is all-gathered in turn)."""
-        own = self.model.state_dict()
-        theirs = model.state_dict()
+        tensor at a time, buffers included; all ranks call this together (each FSDP2 shard is
+        all-gathered in turn)."""
+        own, theirs = _tensors(self.model), _tensors(model)
         if own.keys() != theirs.keys():
             raise ValueError(f"sync_weights: parameter names differ, e.g. {sorted(own.keys() ^ theirs.keys())[:3]}")
         for name, tensor in theirs.items():
             own[name].copy_(tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor)
+        self.weights_valid = True
+
+
+def _tensors(model: nn.Module) -> dict[str, Tensor]:
+    """Name -> tensor of the state dict and of every buffer (non-persistent ones such as rotary inv_freq too)."""
+    return {**dict(model.named_buffers()), **model.state_dict()}

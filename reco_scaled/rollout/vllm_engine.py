@@ -6,7 +6,7 @@ Design choices, each checked against vLLM 0.32 (CPU build) by tests/test_vllm_en
 - Sampler log-probs: the engine is built with ``logprobs_mode="processed_logprobs"`` and asks for
   ``logprobs=0`` (the sampled token only). The returned value is then log softmax(logits / T) of the
   distribution that was actually sampled from (after temperature, and after top-p masking when
-  top_p < 1), which is what DESIGN §3 calls log pi_old. vLLM's default, "raw_logprobs", would return
+  top_p < 1), which is what docs/design.md §3 calls log pi_old. vLLM's default, "raw_logprobs", would return
   the log-probs before temperature.
 - Weight sync: ``collective_rpc("reload_weights", kwargs={"weights_iterator": ...})`` streams the
   trainer's state dict through the model's own ``load_weights`` (which handles fused qkv / gate_up
@@ -16,7 +16,8 @@ Design choices, each checked against vLLM 0.32 (CPU build) by tests/test_vllm_en
   The prefix cache is reset after every sync: cached KV blocks were computed with the old weights.
 - Distributed: under torchrun, ``distributed_executor_backend="external_launcher"`` gives every rank its
   own engine in its own process (vLLM's "external DP"); each rank generates for its own prompts.
-- Sleep mode: used where the platform has it (CUDA/ROCm/XPU). On CPU vLLM refuses
+- Sleep mode: level 2 by default (weights and KV cache discarded; the trainer re-fills the weights
+  with sync_weights after every update anyway), used where the platform has it (CUDA/ROCm/XPU). On CPU vLLM refuses
   ``enable_sleep_mode=True``; the engine then runs without it and ``sleep()``/``wake()`` are no-ops
   (the reason is logged once).
 
@@ -50,8 +51,8 @@ class VLLMEngineError(RuntimeError):
     """vLLM is missing or failed to start; the message suggests the HF engine."""
 
 
-def _hint() -> str:
-    return "Set `rollout: hf` in the config to use the transformers engine instead."
+HINT = ("Use the transformers engine instead: set rollout.engine=hf (reco_scaled.train) "
+        "or pass --engine hf (reco_scaled.evaluate).")
 
 
 def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -95,9 +96,11 @@ class VLLMEngine(RolloutEngine):
         tensor_parallel_size: TP degree of one engine (1 under ``distributed``; see below).
         dtype: "auto", "bfloat16", "float16" or "float32".
         enable_sleep_mode: release engine memory between rollout phases where the platform supports it.
-        sleep_level: 1 offloads weights to CPU and drops the KV cache; 2 drops both, so sync_weights must
-            run before the next generate (it wakes only the weights; wake() brings back the KV cache).
-            Both orders work after a training phase: sleep, sync_weights, wake; or sleep, wake, sync_weights.
+        sleep_level: 2 (default) discards weights and KV cache, so sync_weights must run before the next
+            generate; 1 also copies the weights to pinned host memory and back, which a trainer that
+            syncs after every update does not need. Low-peak order after a training phase (the
+            trainer's): sleep, then sync_weights (wakes only the weights and fills them), then wake
+            (brings back the KV cache); sleep, wake, sync_weights works too.
         seed: engine seed; under ``distributed`` the rank is added so that ranks draw different samples.
         distributed: one engine per torchrun rank via ``distributed_executor_backend="external_launcher"``.
             Needs the torchrun env (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); initialises
@@ -117,13 +120,15 @@ class VLLMEngine(RolloutEngine):
         tensor_parallel_size: int = 1,
         dtype: str = "auto",
         enable_sleep_mode: bool = True,
-        sleep_level: int = 1,
+        sleep_level: int = 2,
         seed: int = 0,
         distributed: bool = False,
         enforce_eager: bool | None = None,
         stop_token_ids: list[int] | None = None,
         **llm_kwargs,
     ) -> None:
+        if sleep_level not in (1, 2):
+            raise VLLMEngineError(f"rollout engine 'vllm': sleep_level must be 1 or 2, got {sleep_level}")
         # Must be set before vllm starts its engine: weight sync hands a Python generator to the worker.
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         try:
@@ -133,7 +138,7 @@ class VLLMEngine(RolloutEngine):
         except Exception as e:  # ImportError, or a broken install raising something else
             raise VLLMEngineError(
                 f"rollout engine 'vllm': cannot import vllm ({type(e).__name__}: {e}). "
-                f"Install it (GPU: pip install vllm; CPU: bash .ci/setup-vllm.sh), or {_hint()}"
+                f"Install it (GPU: pip install -r requirements-gpu.txt; CPU: bash .ci/setup-vllm.sh). {HINT}"
             ) from e
         self._SamplingParams = SamplingParams
         self._TokensPrompt = TokensPrompt
@@ -199,7 +204,7 @@ class VLLMEngine(RolloutEngine):
         except Exception as e:
             raise VLLMEngineError(
                 f"rollout engine 'vllm' failed to start for model {self.model_path!r} "
-                f"({type(e).__name__}: {e}). {_hint()}"
+                f"({type(e).__name__}: {e}). {HINT}"
             ) from e
         finally:
             _set_rng_state(rng)
@@ -225,11 +230,11 @@ class VLLMEngine(RolloutEngine):
         temperature=0 is greedy (then the log-probs are the untempered ones). With a seed, sample g of
         prompt i uses seed + i*n + g, so a call is reproducible and no two samples share a stream.
         """
+        if not self._weights_valid:
+            raise RuntimeError("VLLMEngine: sleep level 2 discarded the weights; call sync_weights(model) before generate")
         if self._asleep:
             log.info("VLLMEngine.generate called while asleep; waking the engine first.")
             self.wake()
-        if not self._weights_valid:
-            raise RuntimeError("VLLMEngine: sleep level 2 discarded the weights; call sync_weights(model) before generate")
         params = []
         for i in range(len(prompt_ids)):
             params.append(
