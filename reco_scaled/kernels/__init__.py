@@ -1,6 +1,6 @@
 """Fused variance-ratio statistics: log pi(y_t), V_t = 1 - sum_v pi_v^2 and entropy H_t per token.
 
-DESIGN.md sections 3.3 and 5. pi = softmax(logits / tau) over the whole vocabulary, streamed in
+docs/design.md sections 3.3 and 6. pi = softmax(logits / tau) over the whole vocabulary, streamed in
 vocabulary blocks with an online softmax, so that no fp32 [T, V] tensor is ever materialised.
 
     token_stats(logits, targets, temperature)              logits [T, V] given
