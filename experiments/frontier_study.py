@@ -10,6 +10,8 @@ base (reco_mini's cached base for seed 0) and all through reco_mini's own functi
   confirm  each method at its chosen setting on fresh seeds CONFIRM_SEEDS, trajectories on the test split; the base
            is evaluated at step 0; the hypotheses HYPOTHESES are tested with a Holm correction
   stress   grpo, reco and f-grpo at STRESS_FACTORS x their chosen lr, seeds STRESS_SEEDS: divergence, rho, clipping
+  long     exploratory, added after the confirmatory run: LONG_METHODS at their chosen setting for LONG_STEPS steps,
+           seeds LONG_SEEDS, validation split: where Pass@1 plateaus, and the frontier at levels 120 steps do not reach
 
 Every (phase, method, setting, seed) writes <out>/.../result.json; a rerun reuses finished runs and redoes the rest,
 so the study can be stopped and resumed, or split over sessions (--phases). The summary goes to --results (JSON and a
@@ -56,6 +58,8 @@ STEPS, EVAL_EVERY = 120, 20
 LEVELS = (0.15, 0.20, 0.25)  # matched Pass@1 levels
 TIE = 0.01  # selection: validation Pass@1 within this of the best counts as a tie
 STRESS_METHODS, STRESS_FACTORS, KL_LIMIT = ("grpo", "reco", "f-grpo"), (5, 20), 2.0
+LONG_METHODS, LONG_SEEDS, LONG_STEPS, LONG_EVAL_EVERY, LONG_LEVELS = ("grpo", "reco", "reco-positive"), (300, 301, 302), \
+    360, 40, (0.20, 0.25, 0.30)
 RARE_FORMS = set(sorted(range(len(FORMS)), key=lambda f: SFT_FORM_PRIOR[f])[:2])  # the two rarest SFT forms
 ALPHA = 0.05
 SELECTION_RULE = (
@@ -71,8 +75,10 @@ HYPOTHESES = [  # name, statement, study method, test
     ("H3", "ReCo with positive-only weights exceeds GRPO's Pass@256 at matched Pass@1 L*", "reco-positive", "frontier"),
 ]
 EQUIVALENCE_MARGIN = 0.02
+PEER_REPORTED = {"f-grpo": "the F-GRPO paper reports +0.062 at Pass@256 on Qwen2.5-7B (64.1 → 70.3)"}
 QUICK = dict(flags=["--quick"], steps=8, eval_every=4, lrs=(2e-4, 4e-4), clips=(1.0,), methods=["grpo", "reco"],
-             select=(10,), confirm=(100, 101), stress=(200,), stress_methods=("grpo",), stress_factors=(5,))
+             select=(10,), confirm=(100, 101), stress=(200,), stress_methods=("grpo",), stress_factors=(5,),
+             long=(300,), long_methods=("grpo", "reco"), long_steps=12, long_eval_every=6)
 BEGIN, END = "<!-- frontier-study:begin -->", "<!-- frontier-study:end -->"
 
 
@@ -100,7 +106,7 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
     else:
         method, extra = METHODS[spec["method"]]
         cfg = rm.parse_config([*plan["flags"], *extra, "--method", method, "--seed", str(spec["seed"]), "--lr",
-                               str(spec["lr"]), "--grad-clip", str(spec["clip"]), "--steps", str(plan["steps"]),
+                               str(spec["lr"]), "--grad-clip", str(spec["clip"]), "--steps", str(spec.get("steps", plan["steps"])),
                                "--eval-every", str(spec["eval_every"]), "--out", str(path)])
         torch.manual_seed(spec["seed"])
         model = copy.deepcopy(base).requires_grad_(True)
@@ -176,7 +182,8 @@ def select_specs(plan: dict) -> list[dict]:
 
 def base_specs(plan: dict) -> list[dict]:
     return ([{"phase": "base", "method": "base", "split": "val", "seed": s} for s in plan["select"]]
-            + [{"phase": "base", "method": "base", "split": "test", "seed": s} for s in plan["confirm"]])
+            + [{"phase": "base", "method": "base", "split": "test", "seed": s} for s in plan["confirm"]]
+            + [{"phase": "base", "method": "base", "split": "val", "seed": s} for s in plan["long"]])
 
 
 def confirm_specs(plan: dict, choices: dict) -> list[dict]:
@@ -188,6 +195,11 @@ def stress_specs(plan: dict, choices: dict) -> list[dict]:
     return [{"phase": "stress", "method": m, "lr": choices[m]["lr"] * f, "clip": choices[m]["clip"], "factor": f,
              "seed": s, "split": "val", "eval_every": plan["steps"]}
             for m in plan["stress_methods"] for f in plan["stress_factors"] for s in plan["stress"]]
+
+
+def long_specs(plan: dict, choices: dict) -> list[dict]:
+    return [{"phase": "long", "method": m, **choices[m], "seed": s, "split": "val", "steps": plan["long_steps"],
+             "eval_every": plan["long_eval_every"]} for m in plan["long_methods"] for s in plan["long"]]
 
 
 def final(result: dict) -> dict:
@@ -241,15 +253,22 @@ def curve(result: dict, base: dict | None) -> list[tuple[int, float, float]]:
     return [(r["step"], r["pass_at_k"]["1"], r["pass_at_k"][top_k(r)]) for r in rows]
 
 
-def at_level(points: list[tuple[int, float, float]], level: float) -> float | None:
-    """Pass@n where Pass@1 first reaches `level` along the trajectory, linearly interpolated; None if never."""
-    for i, (_, p1, pn) in enumerate(points):
+def crossing(points: list[tuple[int, float, float]], level: float) -> tuple[float, float] | None:
+    """(step, Pass@n) where Pass@1 first reaches `level` along the trajectory, linearly interpolated; None if never."""
+    for i, (step, p1, pn) in enumerate(points):
         if p1 >= level:
             if i == 0:
-                return pn
-            _, p1_prev, pn_prev = points[i - 1]
-            return pn_prev + (level - p1_prev) / (p1 - p1_prev) * (pn - pn_prev)
+                return step, pn
+            step_prev, p1_prev, pn_prev = points[i - 1]
+            t = (level - p1_prev) / (p1 - p1_prev)
+            return step_prev + t * (step - step_prev), pn_prev + t * (pn - pn_prev)
     return None
+
+
+def at_level(points: list[tuple[int, float, float]], level: float) -> float | None:
+    """Pass@n where Pass@1 first reaches `level` (see crossing)."""
+    hit = crossing(points, level)
+    return None if hit is None else hit[1]
 
 
 def matched_level(results: list[dict], bases: dict, choices: dict) -> float | None:
@@ -335,6 +354,7 @@ def aggregate(plan: dict, ctx_splits: dict, wall_time_s: float) -> dict:
                       "distinct_correct": [ends[s]["distinct_correct"] for s in curves]},
             "trajectory": [[{"step": st, "pass_at_1": p1, "pass_at_256": pn} for st, p1, pn in curves[s]] for s in curves],
             "at_level": {f"{lv:.2f}": [at_level(curves[s], lv) for s in curves] for lv in LEVELS},
+            "step_at_level": {f"{lv:.2f}": [(crossing(curves[s], lv) or (None,))[0] for s in curves] for lv in LEVELS},
             "stopped": [r["stopped"] for r in runs],
         }
         per_method[m] = {"final_p1": {s: ends[s]["pass_at_k"]["1"] for s in curves},
@@ -386,7 +406,9 @@ def aggregate(plan: dict, ctx_splits: dict, wall_time_s: float) -> dict:
             "final_val_pass_at_1": final(r)["pass_at_k"]["1"] if final(r) else None})
     for entry in stress.values():
         entry["divergence_rate"] = sum(x["diverged"] for x in entry["runs"]) / len(entry["runs"])
-    all_runs = sel_results + confirm + stress_results + load_results(base_specs(plan), plan)
+    long_results = load_results(long_specs(plan, choices), plan) if complete["select"] else []
+    complete["long"] = complete["select"] and len(long_results) == len(long_specs(plan, choices))
+    all_runs = sel_results + confirm + stress_results + long_results + load_results(base_specs(plan), plan)
     return finite_or_none({
         "partial": not all(complete.values()), "complete": complete,
         "design": {"steps": plan["steps"], "eval_every": plan["eval_every"], "n_eval": rm.parse_config(plan["flags"]).n_eval,
@@ -400,9 +422,39 @@ def aggregate(plan: dict, ctx_splits: dict, wall_time_s: float) -> dict:
         "forms": {"forms": FORMS, "rare_forms": sorted(RARE_FORMS), "rare_only_problems": sum(rare_only),
                   "test_problems": len(rare_only), "by_method": forms},
         "stress": stress,
+        "long": long_training(long_results, {s: bases.get(("val", s)) for s in plan["long"]}, plan),
         "compute": {"runs": len(all_runs), "run_time_s": round(sum(r["wall_time_s"] for r in all_runs), 1),
                     "this_invocation_wall_s": round(wall_time_s, 1)},
     })
+
+
+def long_training(results: list[dict], bases: dict, plan: dict) -> dict:
+    """Exploratory: validation Pass@1 along a longer run (the plateau), and Pass@256 at matched Pass@1 levels that
+    the confirmatory runs do not reach, paired by seed against the reference."""
+    out = {"exploratory": True, "steps": plan["long_steps"], "eval_every": plan["long_eval_every"], "split": "val",
+           "seeds": list(plan["long"]), "levels": list(LONG_LEVELS), "methods": {}, "frontier": {}}
+    at: dict[str, dict] = {}
+    for m in plan["long_methods"]:
+        runs = sorted((r for r in results if r["spec"]["method"] == m), key=lambda r: r["spec"]["seed"])
+        if not runs:
+            continue
+        curves = {r["spec"]["seed"]: curve(r, bases.get(r["spec"]["seed"])) for r in runs}
+        steps = sorted({st for c in curves.values() for st, _, _ in c})
+        out["methods"][m] = {
+            "seeds": list(curves), "stopped": [r["stopped"] for r in runs],
+            "pass_at_1_by_step": {str(st): summarize([p1 for c in curves.values() for s2, p1, _ in c if s2 == st])
+                                  for st in steps},
+            "pass_at_256_by_step": {str(st): summarize([pn for c in curves.values() for s2, _, pn in c if s2 == st])
+                                    for st in steps}}
+        at[m] = {f"{lv:.2f}": {s: at_level(c, lv) for s, c in curves.items()} for lv in LONG_LEVELS}
+    for lv in (f"{x:.2f}" for x in LONG_LEVELS):
+        row = {m: {"n": sum(v is not None for v in at[m][lv].values()), "values": list(at[m][lv].values())} for m in at}
+        for m in (m for m in at if REFERENCE in at and m != REFERENCE):
+            diffs = paired(at[m][lv], at[REFERENCE][lv])[1]
+            if len(diffs) >= 2:
+                row.setdefault("differences", {})[f"{m} - {REFERENCE}"] = paired_test(diffs)
+        out["frontier"][lv] = row
+    return out
 
 
 def _mean(xs: list[float]) -> float | None:
@@ -434,7 +486,9 @@ def plot(summary: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
     methods = {m: v for m, v in summary["methods"].items() if m != "base"}
-    grid = [round(0.05 + 0.01 * i, 2) for i in range(31)]
+    base = summary["methods"].get("base", {}).get("final")
+    start = _mean(base["pass_at_1"]) if base else 0.0  # below the base's Pass@1 every curve is the base itself
+    grid = [lv for lv in (round(0.05 + 0.01 * i, 2) for i in range(31)) if lv >= start]
     for m, v in methods.items():
         curves = [[(p["step"], p["pass_at_1"], p["pass_at_256"]) for p in t] for t in v["trajectory"]]
         xs, ys, lo, hi = [], [], [], []
@@ -455,9 +509,11 @@ def plot(summary: dict, path: Path) -> None:
         ax_steps = sorted(int(st) for st in rare if rare[st]["rare_coverage"])
         axes[1, 1].plot(ax_steps, [rare[str(st)]["rare_coverage"]["mean"] for st in ax_steps], marker="o", ms=3,
                         color=line.get_color(), label=m)
-    if "base" in summary["methods"]:
-        b = summary["methods"]["base"]["final"]
-        axes[0, 0].scatter([_mean(b["pass_at_1"])], [_mean(b["pass_at_256"])], color="k", marker="*", s=120, label="base")
+    if base:
+        axes[0, 0].scatter([start], [_mean(base["pass_at_256"])], color="k", marker="*", s=120, label="base")
+        base_rare = summary["forms"]["by_method"]["base"]["0"]["rare_coverage"]
+        if base_rare:
+            axes[1, 1].scatter([0], [base_rare["mean"]], color="k", marker="*", s=120, label="base")
     for lv in LEVELS:
         axes[0, 0].axvline(lv, color="grey", lw=0.5, ls=":")
     titles = [("matched frontier (test): Pass@256 at the step where Pass@1 first reaches x", "Pass@1", "Pass@256"),
@@ -484,6 +540,76 @@ def _signed(s: dict | None) -> str:
     return _ci({**s, "signed": True}) if s else "–"
 
 
+def _interval(t: dict | None) -> str:
+    if not t or t.get("mean") is None:
+        return "–"
+    return f"{t['mean']:+.3f} ± {t['ci95']:.3f}" if t.get("ci95") is not None else f"{t['mean']:+.3f}"
+
+
+def _excludes_zero(t: dict | None) -> int:
+    """+1 / -1 when a paired difference's 95% CI lies above / below zero, else 0."""
+    if not t or t.get("mean") is None or t.get("ci95") is None:
+        return 0
+    return 1 if t["mean"] - t["ci95"] > 0 else -1 if t["mean"] + t["ci95"] < 0 else 0
+
+
+def claims(summary: dict) -> list[str]:
+    """The study's results in plain sentences, each decided by a rule on the JSON (so nulls are said, not hidden)."""
+    out, level = [], summary["matched_level"]
+    for h in summary["hypotheses"]:
+        if h["estimate"] is None:
+            out.append(f"{h['name']} ({h['statement']}): not testable, no paired seeds.")
+            continue
+        ci = f"({h['ci_low']:+.3f}, {h['ci_high']:+.3f})" if h["ci_low"] is not None else "(no CI)"
+        verdict = "**confirmed**" if h["confirmed"] else "**not confirmed**"
+        out.append(f"{h['name']} ({h['statement']}{f', L* = {level}' if 'level' in h else ''}): {verdict}; "
+                   f"estimate {h['estimate']:+.3f}, 95% CI {ci}, Holm-adjusted p = {h['p_holm']:.3g}.")
+    fd, front = summary["final_differences"], summary["frontier"]
+    for m in (m for m in summary["methods"] if m not in ("base", REFERENCE)):
+        key = f"{m} - {REFERENCE}"
+        final = fd.get(key, {})
+        matched = [(lv, row["differences"][key]) for lv, row in front.items() if key in row.get("differences", {})]
+        text = (f"{m} − {REFERENCE} at the final checkpoint: Pass@1 {_interval(final.get('pass_at_1'))}, Pass@256 "
+                f"{_interval(final.get('pass_at_256'))}; at matched Pass@1: "
+                + (", ".join(f"{_interval(t)} at {lv}" for lv, t in matched) or "no level reached by both") + ".")
+        p1, pn = _excludes_zero(final.get("pass_at_1")), _excludes_zero(final.get("pass_at_256"))
+        above = [lv for lv, t in matched if _excludes_zero(t) > 0]
+        if pn > 0:
+            text += (" Its final coverage gain comes with a lower Pass@1, the trade-off of a less-trained policy"
+                     if p1 < 0 else " Its final coverage gain comes without a measurable Pass@1 cost")
+            if not above:
+                text += ("; at matched Pass@1 the gain is above zero at no level, so this study cannot separate it from "
+                         "training progress.")
+            elif len(above) < len(matched):
+                text += (f"; at matched Pass@1 the gain is above zero at {', '.join(above)} but not at "
+                         f"{', '.join(lv for lv, _ in matched if lv not in above)}.")
+            else:
+                text += "; at matched Pass@1 the gain is above zero at every level both reach."
+        elif not above:
+            text += f" No coverage gain over {REFERENCE} is measurable, at the final checkpoint or at matched Pass@1."
+        if m in PEER_REPORTED:
+            text += f" For scale, {PEER_REPORTED[m]}."
+        out.append(text)
+    forms = summary["forms"]["by_method"]
+    if "base" in forms and forms.get(REFERENCE):
+        last = {m: v[max(v, key=int)] for m, v in forms.items() if m != "base"}
+        base = forms["base"]["0"]
+        ent = ", ".join(f"{m} {v['entropy_bits']['mean']:.2f}" for m, v in last.items())
+        rare = ", ".join(f"{m} {v['rare_coverage']['mean']:.3f}" for m, v in last.items() if v["rare_coverage"])
+        base_rare = f"{base['rare_coverage']['mean']:.3f}" if base["rare_coverage"] else "–"
+        ref = last[REFERENCE]["shares"]
+        gain = max(range(len(FORMS)), key=lambda f: ref[f] - base["shares"][f])
+        name = FORMS[gain].replace("{", "").replace("}", "")
+        out.append(f"Mechanism: {REFERENCE} moves its correct samples toward the form {name} (SFT prior "
+                   f"{SFT_FORM_PRIOR[gain]:.3f}): its share of correct samples is {base['shares'][gain]:.2f} at the base "
+                   "and, at the final checkpoint, " + ", ".join(f"{m} {v['shares'][gain]:.2f}" for m, v in last.items())
+                   + ".")
+        out.append(f"Mechanism: the entropy over solution forms of the correct samples is {base['entropy_bits']['mean']:.2f} "
+                   f"bits at the base and, at the final checkpoint, {ent}; the share of rare-form-only problems solved "
+                   f"is {base_rare} at the base and {rare or '–'} at the final checkpoint.")
+    return out
+
+
 def render_readme(summary: dict, results_path: str, png: str) -> str:
     d, out = summary["design"], []
     out.append(f"_Generated from `{results_path}` by `python experiments/frontier_study.py --aggregate-only "
@@ -500,13 +626,18 @@ def render_readme(summary: dict, results_path: str, png: str) -> str:
                "Cells are mean ± 95% CI over seeds (t); differences are paired by seed.")
     if methods:
         level = summary["matched_level"]
+        out.append("\n**What the study shows** (sentences generated from the JSON by `claims()`):\n")
+        out += [f"- {c}" for c in claims(summary)]
         out.append(f"\n**Pass@256 at matched Pass@1** (interpolated where each run's Pass@1 first reaches the level; "
-                   f"n = seeds that reach it). L* = {level if level is not None else '–'} was fixed from the selection runs.\n")
+                   f"n = seeds that reach it; step = the mean interpolated RL step where they reach it). "
+                   f"L* = {level if level is not None else '–'} was fixed from the selection runs.\n")
         diffs = [m for m in methods if m != REFERENCE]
         out.append("| Pass@1 level | " + " | ".join(methods) + " | " + " | ".join(f"{m} − {REFERENCE}" for m in diffs) + " |")
         out.append("|---" * (1 + len(methods) + len(diffs)) + "|")
         for key, row in summary["frontier"].items():
-            cells = [f"{_ci(row[m])} (n={row[m]['n']})" for m in methods]
+            steps = {m: _mean([x for x in summary["methods"][m]["step_at_level"][key] if x is not None]) for m in methods}
+            cells = [f"{_ci(row[m])} (n={row[m]['n']}" + (f", step {steps[m]:.0f})" if steps[m] is not None else ")")
+                     for m in methods]
             cells += [_signed(row.get("differences", {}).get(f"{m} - {REFERENCE}")) for m in diffs]
             out.append(f"| {key} | " + " | ".join(cells) + " |")
         out.append("\n**Final checkpoint** (step " + str(d["steps"]) + "):\n")
@@ -568,6 +699,27 @@ def render_readme(summary: dict, results_path: str, png: str) -> str:
             out.append(f"| {key} | {e['lr']:g} | {sum(r['diverged'] for r in runs)}/{len(runs)} | "
                        f"{f'{max(rho):.2f}' if rho else '–'} | {clip} | {_mean([r['grad_norm_mean'] for r in runs]):.2f} | "
                        f"{_ci(summarize(p1)) if p1 else '–'} |")
+    lt = summary.get("long", {})
+    if lt.get("methods"):
+        steps = sorted({int(st) for v in lt["methods"].values() for st in v["pass_at_1_by_step"]})
+        shown = [st for st in steps if st % 120 == 0 or st == steps[-1]]
+        out.append(f"\n**Exploratory, added after the confirmatory run: longer training** ({lt['steps']} steps, "
+                   f"validation split, seeds {', '.join(map(str, lt['seeds']))}, each method at its chosen setting; "
+                   "not part of the tested hypotheses). Does Pass@1 plateau by step 120, and what does the frontier "
+                   "look like at levels that 120 steps do not reach?\n")
+        out.append("| method | " + " | ".join(f"Pass@1 at {st}" for st in shown) + " | "
+                   + " | ".join(f"Pass@256 at Pass@1 {lv} (n)" for lv in lt["frontier"]) + " |")
+        out.append("|---" * (1 + len(shown) + len(lt["frontier"])) + "|")
+        for m, v in lt["methods"].items():
+            cells = [_ci(v["pass_at_1_by_step"].get(str(st))) for st in shown]
+            for lv, row in lt["frontier"].items():
+                vals = [x for x in row[m]["values"] if x is not None]
+                cells.append(f"{_ci(summarize(vals)) if vals else '–'} ({row[m]['n']})")
+            out.append(f"| {m} | " + " | ".join(cells) + " |")
+        diffs = [f"{key} at Pass@1 {lv}: {_interval(t)} (n = {t['n']})" for lv, row in lt["frontier"].items()
+                 for key, t in row.get("differences", {}).items()]
+        if diffs:
+            out.append("\nPaired differences at matched Pass@1 (validation): " + "; ".join(diffs) + ".")
     c = summary["compute"]
     out.append(f"\nCompute: {c['runs']} runs, {c['run_time_s'] / 3600:.1f} h summed over the runs' own wall times "
                "(runs overlap under --jobs).")
@@ -590,13 +742,14 @@ def write_readme(path: Path, block: str) -> None:
 def make_plan(args: argparse.Namespace) -> dict:
     plan = {"out": args.out, "quick": args.quick, "flags": [], "steps": STEPS, "eval_every": EVAL_EVERY, "lrs": LRS,
             "clips": CLIPS, "methods": list(METHODS), "select": SELECT_SEEDS, "confirm": CONFIRM_SEEDS,
-            "stress": STRESS_SEEDS, "stress_methods": STRESS_METHODS, "stress_factors": STRESS_FACTORS}
+            "stress": STRESS_SEEDS, "stress_methods": STRESS_METHODS, "stress_factors": STRESS_FACTORS,
+            "long": LONG_SEEDS, "long_methods": LONG_METHODS, "long_steps": LONG_STEPS, "long_eval_every": LONG_EVAL_EVERY}
     return plan | (QUICK if args.quick else {})
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phases", default="select,confirm,stress", help="comma-separated phases to run")
+    parser.add_argument("--phases", default="select,confirm,stress,long", help="comma-separated phases to run")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (worker processes)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--out", default="", help="run directory (default runs/frontier, runs/frontier_quick)")
@@ -620,6 +773,9 @@ def main(argv: list[str] | None = None) -> dict:
                 run_all(confirm_specs(plan, choices) + base_specs(plan), plan, args.jobs, args.threads, "confirm")
             if "stress" in phases:
                 run_all(stress_specs(plan, choices), plan, args.jobs, args.threads, "stress")
+            if "long" in phases:
+                run_all(long_specs(plan, choices) + base_specs(plan)[-len(plan["long"]):], plan, args.jobs, args.threads,
+                        "long")
     summary = aggregate(plan, ctx["splits"], time.time() - start)
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(summary, indent=1))

@@ -63,7 +63,7 @@ def test_quick_study_end_to_end_schema_and_resume(tmp_path, monkeypatch):
     summary = fs.main(["--quick", "--out", "study", "--write-readme", str(readme)])
     on_disk = json.loads((tmp_path / "study" / "frontier_study.json").read_text())
     assert on_disk == json.loads(json.dumps(summary))
-    assert on_disk["partial"] is False and set(on_disk["complete"]) == {"select", "confirm", "stress"}
+    assert on_disk["partial"] is False and set(on_disk["complete"]) == {"select", "confirm", "stress", "long"}
     for m in fs.QUICK["methods"]:
         entry = on_disk["methods"][m]
         assert entry["seeds"] == list(fs.QUICK["confirm"])
@@ -74,9 +74,56 @@ def test_quick_study_end_to_end_schema_and_resume(tmp_path, monkeypatch):
     assert [h["name"] for h in on_disk["hypotheses"]] == ["H1", "H2", "H3"]
     assert all({"name", "estimate", "ci_low", "ci_high", "confirmed"} <= set(h) for h in on_disk["hypotheses"])
     assert on_disk["forms"]["by_method"]["grpo"] and on_disk["stress"]["grpo x5"]["runs"]
+    long = on_disk["long"]
+    assert long["exploratory"] and set(long["methods"]) == set(fs.QUICK["long_methods"])
+    assert list(long["methods"]["grpo"]["pass_at_1_by_step"]) == ["0", "6", "12"]  # from the validation base
     assert (tmp_path / "study" / "frontier_study.png").stat().st_size > 1000
     text = readme.read_text()
     assert "stale" not in text and "**Hypotheses**" in text and text.endswith(f"{fs.END}\nafter\n")
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "study").rglob("result.json")}
     fs.main(["--quick", "--out", "study"])  # a rerun reuses every finished run
     assert stamps == {p: p.stat().st_mtime_ns for p in (tmp_path / "study").rglob("result.json")}
+
+
+def _diff(mean, ci):
+    return {"mean": mean, "ci95": ci}
+
+
+def _claims_summary(final_p1, final_pn, matched, hypothesis_confirmed):
+    """A minimal summary: grpo against one method `x`, differences given as (mean, ci95)."""
+    return {"matched_level": 0.15,
+            "hypotheses": [{"name": "H1", "statement": "x beats grpo", "level": 0.15, "estimate": 0.03, "ci_low": -0.01,
+                            "ci_high": 0.07, "p_holm": 0.01 if hypothesis_confirmed else 0.2,
+                            "confirmed": hypothesis_confirmed}],
+            "methods": {"grpo": {}, "x": {}}, "forms": {"by_method": {}},
+            "final_differences": {"x - grpo": {"pass_at_1": _diff(*final_p1), "pass_at_256": _diff(*final_pn)}},
+            "frontier": {lv: {"differences": {"x - grpo": _diff(*d)}} for lv, d in matched.items()}}
+
+
+def test_claims_say_the_null_and_the_trade_off_plainly():
+    less_trained = _claims_summary((-0.05, 0.03), (0.07, 0.04), {"0.15": (0.03, 0.04), "0.20": (-0.01, 0.03)}, False)
+    text = " ".join(fs.claims(less_trained))
+    assert "H1 (x beats grpo, L* = 0.15): **not confirmed**; estimate +0.030" in text
+    assert "comes with a lower Pass@1" in text and "above zero at no level" in text
+    partly = _claims_summary((-0.05, 0.03), (0.12, 0.03), {"0.15": (0.06, 0.03), "0.20": (0.03, 0.04)}, True)
+    text = " ".join(fs.claims(partly))
+    assert "**confirmed**" in text and "above zero at 0.15 but not at 0.20" in text
+    clean = _claims_summary((0.0, 0.02), (0.05, 0.02), {"0.15": (0.04, 0.01), "0.20": (0.05, 0.02)}, True)
+    assert "without a measurable Pass@1 cost; at matched Pass@1 the gain is above zero at every level" in " ".join(fs.claims(clean))
+    null = _claims_summary((0.0, 0.02), (-0.01, 0.03), {"0.15": (0.0, 0.03)}, False)
+    assert "No coverage gain over grpo is measurable" in " ".join(fs.claims(null))
+
+
+def test_crossing_interpolates_the_step_too():
+    points = [(0, 0.10, 0.90), (20, 0.14, 0.80), (40, 0.22, 0.60)]
+    assert fs.crossing(points, 0.15) == pytest.approx((20 + 20 * 0.01 / 0.08, 0.775))
+    assert fs.crossing(points, 0.05) == (0, 0.90) and fs.crossing(points, 0.3) is None
+
+
+def test_committed_readme_block_is_generated_from_the_committed_json():
+    summary = json.loads((ROOT / "results" / "frontier_study.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index(fs.BEGIN) + len(fs.BEGIN): readme.index(fs.END)]
+    rerun = "rerun: python experiments/frontier_study.py --aggregate-only --write-readme README.md"
+    assert block.strip() == fs.render_readme(summary, "results/frontier_study.json", "results/frontier_study.png").strip(), rerun
+    assert summary["partial"] is False, "the committed study must be complete"
