@@ -590,6 +590,17 @@ def claims(summary: dict) -> list[str]:
         if m in PEER_REPORTED:
             text += f" For scale, {PEER_REPORTED[m]}."
         out.append(text)
+    if summary["stress"]:
+        runs = [r for e in summary["stress"].values() for r in e["runs"]]
+        by_factor = {}
+        for e in summary["stress"].values():
+            by_factor.setdefault(e["factor"], []).append(
+                f"{e['method']} {sum(r['diverged'] for r in e['runs'])}/{len(e['runs'])} (lr {e['lr']:g})")
+        rho = [r["rho_max"] for r in runs if r["rho_max"] is not None]
+        out.append(f"Stress: {sum(r['non_finite'] for r in runs)} of {len(runs)} runs produced a non-finite value; "
+                   "diverged runs: " + "; ".join(f"at {f}× the chosen lr {', '.join(v)}" for f, v in by_factor.items())
+                   + (f". The largest ρ under stress was {max(rho):.2f} (the cap is {rm.LossConfig().variance_cap:g})."
+                      if rho else "."))
     forms = summary["forms"]["by_method"]
     if "base" in forms and forms.get(REFERENCE):
         last = {m: v[max(v, key=int)] for m, v in forms.items() if m != "base"}
@@ -624,6 +635,8 @@ def render_readme(summary: dict, results_path: str, png: str) -> str:
                f"{d['confirm_seeds'][0]}–{d['confirm_seeds'][-1]} on the test split; settings chosen on the validation "
                f"split (seeds {', '.join(map(str, d['select_seeds']))}). "
                "Cells are mean ± 95% CI over seeds (t); differences are paired by seed.")
+    if methods:
+        out.append(f"\n![The matched frontier and the training trajectories]({png})")
     if methods:
         level = summary["matched_level"]
         out.append("\n**What the study shows** (sentences generated from the JSON by `claims()`):\n")
@@ -723,7 +736,6 @@ def render_readme(summary: dict, results_path: str, png: str) -> str:
     c = summary["compute"]
     out.append(f"\nCompute: {c['runs']} runs, {c['run_time_s'] / 3600:.1f} h summed over the runs' own wall times "
                "(runs overlap under --jobs).")
-    out.append(f"\n![The matched frontier and the training trajectories]({png})")
     return "\n".join(out)
 
 

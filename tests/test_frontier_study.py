@@ -95,7 +95,7 @@ def _claims_summary(final_p1, final_pn, matched, hypothesis_confirmed):
             "hypotheses": [{"name": "H1", "statement": "x beats grpo", "level": 0.15, "estimate": 0.03, "ci_low": -0.01,
                             "ci_high": 0.07, "p_holm": 0.01 if hypothesis_confirmed else 0.2,
                             "confirmed": hypothesis_confirmed}],
-            "methods": {"grpo": {}, "x": {}}, "forms": {"by_method": {}},
+            "methods": {"grpo": {}, "x": {}}, "forms": {"by_method": {}}, "stress": {},
             "final_differences": {"x - grpo": {"pass_at_1": _diff(*final_p1), "pass_at_256": _diff(*final_pn)}},
             "frontier": {lv: {"differences": {"x - grpo": _diff(*d)}} for lv, d in matched.items()}}
 
@@ -127,3 +127,14 @@ def test_committed_readme_block_is_generated_from_the_committed_json():
     rerun = "rerun: python experiments/frontier_study.py --aggregate-only --write-readme README.md"
     assert block.strip() == fs.render_readme(summary, "results/frontier_study.json", "results/frontier_study.png").strip(), rerun
     assert summary["partial"] is False, "the committed study must be complete"
+
+
+def test_stress_claim_counts_divergences_per_factor():
+    summary = _claims_summary((0.0, 0.02), (0.0, 0.02), {}, False)
+    run = {"diverged": True, "non_finite": False, "rho_max": 3.5}
+    summary["stress"] = {"reco x5": {"method": "reco", "factor": 5, "lr": 5e-4, "runs": [run, {**run, "diverged": False}]},
+                         "reco x20": {"method": "reco", "factor": 20, "lr": 2e-3, "runs": [{**run, "non_finite": True}]}}
+    text = " ".join(fs.claims(summary))
+    assert "Stress: 1 of 3 runs produced a non-finite value" in text
+    assert "at 5× the chosen lr reco 1/2 (lr 0.0005); at 20× the chosen lr reco 1/1 (lr 0.002)" in text
+    assert "The largest ρ under stress was 3.50 (the cap is 10)" in text
