@@ -2,8 +2,8 @@
 
 GRPO, ReCo, ReCo with positive-only response weights and a published peer, F-GRPO, on reco_mini's Countdown task,
 compared at matched training progress: every run evaluates its policy every EVAL_EVERY RL steps (n = 256 samples per
-held-out problem), and Pass@256 is read off at matched Pass@1 along that trajectory. Three phases, all from one SFT
-base (reco_mini's cached base for seed 0) and all through reco_mini's own functions:
+held-out problem), and Pass@256 is read off at matched Pass@1 along that trajectory. Three tested phases and one
+exploratory phase, all from one SFT base (reco_mini's cached base for seed 0) and all through reco_mini's functions:
 
   select   per method, lr x grad clip (LRS x CLIPS), seeds SELECT_SEEDS, trajectories on the validation split; each
            method's setting is chosen by SELECTION_RULE (fixed before any run, and written in the README first)
@@ -18,7 +18,7 @@ so the study can be stopped and resumed, or split over sessions (--phases). The 
 PNG beside it) and, with --write-readme, to the README between the frontier-study markers; a summary of an unfinished
 study says "partial": true.
 
-  python experiments/frontier_study.py --jobs 2                  # the whole study (about 4-5 h on 2 cores)
+  python experiments/frontier_study.py --jobs 2                  # the whole study (4 h 22 min here on 2 cores)
   python experiments/frontier_study.py --jobs 2 --phases select  # one phase
   python experiments/frontier_study.py --quick                   # smoke test: tiny model and budget, minutes
   python experiments/frontier_study.py --aggregate-only --write-readme README.md
