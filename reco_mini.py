@@ -250,7 +250,7 @@ def copies_count(lp: Tensor, lengths, responses: list) -> Tensor:
     """m_i = c_i, the copies of y_i in its group: identical token ids (the sequences p_i is the probability of)."""
     P, G = lp.shape
     rows = [responses[p * G: (p + 1) * G] for p in range(P)]
-    return torch.tensor([[row.count(y) for y in row] for row in rows], dtype=torch.float64)
+    return torch.tensor([[row.count(y) for y in row] for row in rows], dtype=torch.float64, device=lp.device)
 
 
 @register(OCCURRENCES, "none")
@@ -278,7 +278,8 @@ def occurrence_weights(seq_logprobs: Tensor, mode: str = "sequence", responses: 
         flat = [tuple(r) for group in responses for r in group] if len(responses) == P != P * G else [tuple(r) for r in responses]
         if len(flat) != P * G:
             raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
-        lengths = torch.tensor([len(r) for r in flat], dtype=torch.float64).view(P, G) if lengths is None else lengths
+        lengths = (torch.tensor([len(r) for r in flat], dtype=torch.float64, device=seq_logprobs.device).view(P, G)
+                   if lengths is None else lengths)
     if (mode == "count" and flat is None) or (mode == "token-mean" and lengths is None):
         raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean)")
     m = OCCURRENCES[mode](seq_logprobs.detach().double(), None if lengths is None else lengths.double(), flat)
@@ -488,7 +489,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
             old_logp, v_old = token_logprobs(logits, r["resp"], tau), variance_stat(logits, tau)
             entropy = token_entropy(logits, tau)
             ref_logp = token_logprobs(response_logits(base, *seqs), r["resp"], tau)
-        v_old_mean = (v_old * mask).sum() / mask.sum() if loss_cfg.variance_norm == "batch" else torch.tensor(1.0)
+        v_old_mean = (v_old * mask).sum() / mask.sum() if loss_cfg.variance_norm == "batch" else torch.tensor(1.0, device=cfg.device)
         responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
         w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), loss_cfg.occurrence, responses,
                                mask.sum(-1).view(P, G), A.view(P, G), loss_cfg.occurrence_apply).flatten()
