@@ -357,7 +357,7 @@ def variance_old_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, Tensor]:
 
 def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tensor | None = None,
                 num_tokens: float | Tensor | None = None,
-                num_seqs: float | Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+                num_seqs: float | Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO / ReCo surrogate of a (mini- or micro-) batch; `cfg` as resolved by `loss_config`.
 
     logp, v: [B, T] log pi_theta(y_t) and V_theta(s_t). batch: "old_logp", "mask" [B, T], "advantages" [B];
@@ -390,12 +390,11 @@ def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tens
         total = per_seq.sum() / (logp.shape[0] if num_seqs is None else num_seqs)
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
-        stats = {"ratio_mean": ((r * mask).sum() / n).item(), "ratio_max": (r * mask).max().item(),
-                 "clip_frac_high": ((clipped_high * mask).sum() / n).item(),
-                 "clip_frac_low": ((clipped_low * mask).sum() / n).item(),
-                 "approx_kl_old": (((batch["old_logp"] - logp) * mask).sum() / n).item()}
+        stats = {"ratio_mean": (r * mask).sum() / n, "ratio_max": (r * mask).max(),  # 0-d tensors: no device sync
+                 "clip_frac_high": (clipped_high * mask).sum() / n, "clip_frac_low": (clipped_low * mask).sum() / n,
+                 "approx_kl_old": ((batch["old_logp"] - logp) * mask).sum() / n}
         if rho is not None:
-            stats |= {"rho_mean": ((rho * mask).sum() / n).item(), "rho_max": (rho * mask).max().item()}
+            stats |= {"rho_mean": (rho * mask).sum() / n, "rho_max": (rho * mask).max()}
     return total, stats
 
 
@@ -509,7 +508,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                     sys.exit(f"error: non-finite loss or gradient in {method} at step {step}; {kept}")
                 opt.step()
                 for k, v in {**s, "loss": loss.item()}.items():
-                    stats.setdefault(k, []).append(v)
+                    stats.setdefault(k, []).append(float(v))
         if (step + 1) % 10 == 0 or step + 1 == cfg.steps:
             reco_io.save_atomic(model.state_dict(), ckpt)
         row = {"step": step, "reward_mean": r["rewards"].mean().item(),
