@@ -82,6 +82,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     parallel: str = "ddp"  # ddp | fsdp2
     fused_kernel: bool = False  # reco_scaled.kernels.token_stats_linear instead of full logits
+    # minutes a collective waits for the other ranks before the job fails (rank 0 alone loads and exports the model)
+    dist_timeout_minutes: float = 60.0
 
 
 @dataclass
@@ -130,7 +132,7 @@ CHOICES = {
 }
 POSITIVE = ("rollout.max_new_tokens", "rollout.engine_batch_size", "rollout.temperature", "train.steps",
             "train.prompts_per_step", "train.epochs", "train.minibatches", "train.micro_batch_size", "train.lr",
-            "checkpoint.keep", "data.max_prompt_tokens")
+            "checkpoint.keep", "data.max_prompt_tokens", "train.dist_timeout_minutes")
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:

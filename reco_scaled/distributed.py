@@ -7,7 +7,9 @@ backend is NCCL on GPUs and gloo on CPUs.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -31,8 +33,12 @@ class Dist:
         return dist.is_available() and dist.is_initialized()
 
 
-def init() -> Dist:
-    """Join the torchrun process group when there is one; pick this rank's device."""
+def init(timeout_minutes: float = 60.0) -> Dist:
+    """Join the torchrun process group when there is one; pick this rank's device.
+
+    timeout_minutes (config key train.dist_timeout_minutes): how long a collective waits for the other
+    ranks before it fails; long, since rank 0 alone loads or exports a 7B model while the others wait.
+    """
     cuda = torch.cuda.is_available()
     if not cuda and "OMP_NUM_THREADS" not in os.environ:
         # One intra-op thread, as torchrun sets: small CPU models gain little from more, and on shared
@@ -45,17 +51,29 @@ def init() -> Dist:
     if cuda:
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
+        dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None,
+                                timeout=datetime.timedelta(minutes=timeout_minutes))
     return Dist(dist.get_rank(), dist.get_world_size(), device)
 
 
 def shutdown() -> None:
-    """Leave the process group together. Without the barrier, a rank that left while the other was still busy
-    aborted at exit ("terminate called without an active exception") in 3 of 47 two-rank gloo runs of
-    tests/test_scaled_parallel.py; with it, in 0 of 45."""
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    """Leave the process group: together after a clean run, at once when an exception is on its way out.
+
+    Clean: without the barrier, a rank that left while the other was still busy aborted at exit ("terminate
+    called without an active exception") in 3 of 47 two-rank gloo runs of tests/test_scaled_parallel.py;
+    with it, in 0 of 45. On an exception (called from a `finally`), the other ranks may be waiting in a
+    collective that this rank will never join, so a barrier would hang the job until the process-group
+    timeout; the process group is aborted instead, this rank exits with its error, and torchrun ends the
+    others (tests/test_scaled_failfast.py).
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if sys.exc_info()[0] is not None:
+        abort = getattr(dist.distributed_c10d, "_abort_process_group", None)  # private, torch >= 2.6
+        (abort or dist.destroy_process_group)()
+        return
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def barrier() -> None:

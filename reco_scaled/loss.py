@@ -46,7 +46,7 @@ def token_stats(hidden: Tensor, head_weight: Tensor, targets: Tensor, mask: Tens
 
 
 def micro_loss(cfg: RunConfig, logp: Tensor, v: Tensor, batch: dict[str, Tensor], num_tokens: Tensor,
-               num_seqs: Tensor) -> tuple[Tensor, dict[str, float]]:
+               num_seqs: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """reco_mini.policy_loss on one micro-batch, normalised by the whole (global) mini-batch."""
     return policy_loss(logp, batch, cfg.loss, v, num_tokens=num_tokens, num_seqs=num_seqs)
 
@@ -54,42 +54,50 @@ def micro_loss(cfg: RunConfig, logp: Tensor, v: Tensor, batch: dict[str, Tensor]
 class StatSums:
     """Accumulates per-micro-batch statistics as token-weighted sums; `reduce` gives global values.
 
-    reco_mini.policy_loss reports means over the micro-batch's tokens and maxima; weighting each
-    mean by the micro-batch's token count makes the reduced value the mean over all tokens of all
-    ranks, whatever the micro-batching. Keys ending in "_max" are reduced by max.
+    reco_mini.policy_loss reports means over the micro-batch's tokens and maxima, as 0-d tensors;
+    weighting each mean by the micro-batch's token count makes the reduced value the mean over all
+    tokens of all ranks, whatever the micro-batching. Keys ending in "_max" are reduced by max. The
+    sums stay tensors on the device: nothing is read back to the host until `reduce`.
     """
 
     def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.maxes: dict[str, float] = {}
-        self.tokens = 0.0
+        self.sums: dict[str, Tensor] = {}
+        self.maxes: dict[str, Tensor] = {}
+        self.tokens: Tensor | None = None
 
-    def add(self, stats: dict[str, float], tokens: float) -> None:
-        self.tokens += tokens
+    def add(self, stats: dict[str, Tensor], tokens: Tensor) -> None:
+        tokens = tokens.detach().double()
+        self.tokens = tokens if self.tokens is None else self.tokens + tokens
         for k, v in stats.items():
+            v = torch.as_tensor(v, device=tokens.device).detach().double()
             if k.endswith("_max"):
-                self.maxes[k] = max(self.maxes.get(k, -float("inf")), v)
+                self.maxes[k] = v if k not in self.maxes else torch.maximum(self.maxes[k], v)
             else:
-                self.sums[k] = self.sums.get(k, 0.0) + v * tokens
+                self.sums[k] = v * tokens if k not in self.sums else self.sums[k] + v * tokens
 
     def reduce(self, device: torch.device) -> dict[str, float]:
         keys, mkeys = sorted(self.sums), sorted(self.maxes)
-        sums = distributed.all_sum(torch.tensor([self.tokens] + [self.sums[k] for k in keys], dtype=torch.float64,
-                                                device=device))
-        maxes = distributed.all_max(torch.tensor([self.maxes[k] for k in mkeys], dtype=torch.float64, device=device))
-        n = max(sums[0].item(), 1.0)
-        return {**{k: s.item() / n for k, s in zip(keys, sums[1:])}, **{k: m.item() for k, m in zip(mkeys, maxes)}}
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        sums = distributed.all_sum(torch.stack([zero if self.tokens is None else self.tokens.to(device),
+                                                *(self.sums[k].to(device) for k in keys)]))
+        maxes = distributed.all_max(torch.stack([self.maxes[k].to(device) for k in mkeys]) if mkeys else zero[None][:0])
+        sums, maxes = sums.tolist(), maxes.tolist()  # the one read-back
+        n = max(sums[0], 1.0)
+        return {**{k: s / n for k, s in zip(keys, sums[1:])}, **dict(zip(mkeys, maxes))}
 
 
 def collate(ro: Rollout, pad_id: int, device: torch.device) -> tuple[dict[str, Tensor], Tensor]:
     """Rollout lists -> left-padded prompts [B, L], right-padded responses [B, T] and masks; and the
     sampler's log-probs [B, T] (a diagnostic)."""
     B, L, T = len(ro.prompt_ids), max(map(len, ro.prompt_ids)), max(map(len, ro.response_ids))
-    prompt_ids, prompt_mask = torch.full((B, L), pad_id), torch.zeros(B, L, dtype=torch.long)
-    resp, mask, sampler_logp = torch.full((B, T), pad_id), torch.zeros(B, T), torch.zeros(B, T)
+    cpu = torch.device("cpu")  # filled row by row on the host, then moved to `device` in one copy each
+    prompt_ids, prompt_mask = torch.full((B, L), pad_id, device=cpu), torch.zeros(B, L, dtype=torch.long, device=cpu)
+    resp, mask = torch.full((B, T), pad_id, device=cpu), torch.zeros(B, T, device=cpu)
+    sampler_logp = torch.zeros(B, T, device=cpu)
     for b, (p, r, lp) in enumerate(zip(ro.prompt_ids, ro.response_ids, ro.sampler_logprobs)):
-        prompt_ids[b, L - len(p):], prompt_mask[b, L - len(p):] = torch.tensor(p), 1
-        resp[b, :len(r)], mask[b, :len(r)], sampler_logp[b, :len(r)] = torch.tensor(r), 1, torch.tensor(lp)
+        prompt_ids[b, L - len(p):], prompt_mask[b, L - len(p):] = torch.tensor(p, device=cpu), 1
+        resp[b, :len(r)], mask[b, :len(r)] = torch.tensor(r, device=cpu), 1
+        sampler_logp[b, :len(r)] = torch.tensor(lp, device=cpu)
     batch = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "resp": resp, "mask": mask}
     return {k: v.to(device) for k, v in batch.items()}, sampler_logp.to(device)
 

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from reco_scaled.rollout.factory import EngineStartError
     from reco_scaled.trainer import Trainer
 
-    d = distributed.init()
+    d = distributed.init(cfg.train.dist_timeout_minutes)
     trainer = None
     try:
         trainer = Trainer(cfg, d)

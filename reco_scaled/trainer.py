@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import random
 import time
 from collections.abc import Callable
@@ -168,7 +169,8 @@ class Trainer:
         times["rollout"], t = time.perf_counter() - t, time.perf_counter()
 
         texts = self.tokenizer.batch_decode(ro.response_ids, skip_special_tokens=True)
-        rewards = torch.tensor([self.task.reward(i, s) for i, s in zip([i for i in mine for _ in range(G)], texts)])
+        rewards = torch.tensor([self.task.reward(i, s) for i, s in zip([i for i in mine for _ in range(G)], texts)],
+                               device=d.device)
         rewards = rewards.view(Pr, G)
         times["reward"], t = time.perf_counter() - t, time.perf_counter()
 
@@ -184,7 +186,7 @@ class Trainer:
         else:
             batch["v_old_mean"] = torch.tensor(1.0, device=d.device)
         focal = focal_scale(rewards, loss_cfg.focal_gamma)[:, None]  # 1 unless algo.focal_gamma (F-GRPO)
-        advantages = (group_advantages(rewards, scale_by_std=not loss_cfg.no_std) * focal).to(d.device)  # [Pr, G]
+        advantages = group_advantages(rewards, scale_by_std=not loss_cfg.no_std) * focal  # [Pr, G]
         weights = occurrence_weights((old_logp * mask).sum(-1).view(Pr, G), loss_cfg.occurrence, ro.response_ids,
                                      mask.sum(-1).view(Pr, G), advantages, loss_cfg.occurrence_apply)
         batch.update(old_logp=old_logp, v_old=v_old, advantages=advantages.flatten(), weights=weights.flatten())
@@ -232,12 +234,13 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 loss = accumulate_gradients(self.model, cfg, batch, torch.arange(m, B, M, device=d.device), stats,
                                             d.world_size, self._amp)
-                if not torch.isfinite(torch.tensor(loss)):
+                norm = distributed.grad_norm_clip(self.params, cfg.train.grad_clip)  # global: every rank stops alike
+                if not (math.isfinite(loss) and math.isfinite(norm)):  # stop before the weights go bad
                     last = checkpoint.latest(self.ckpt_root)
-                    raise FloatingPointError(f"non-finite loss ({loss}) at step {self.step + 1}; "
-                                             f"last good checkpoint: {last or 'none yet'}")
-                norms.append(distributed.grad_norm_clip(self.params, cfg.train.grad_clip))
+                    raise FloatingPointError(f"non-finite loss ({loss}) or gradient norm ({norm}) at step {self.step + 1}"
+                                             f"; the weights were not updated; last good checkpoint: {last or 'none yet'}")
                 self.optimizer.step()
+                norms.append(norm)
                 losses.append(loss)
         self.optimizer.zero_grad(set_to_none=True)  # no gradients held through the rollout phase
         return {**stats.reduce(d.device), "loss": sum(losses) / len(losses), "grad_norm": sum(norms) / len(norms),
@@ -251,9 +254,9 @@ class Trainer:
         kl = mask.new_zeros(()) if self.ref is None else torch.where(mask.bool(), k3(batch["old_logp"], batch["ref_logp"]), 0.0)
         lengths = mask.sum(-1)
         sums = distributed.all_sum(torch.stack([
-            rewards.sum(), torch.tensor(float(rewards.numel())), (rewards.max(1).values > 0).sum(),
-            torch.tensor(float(rewards.shape[0])),
-        ]).double().to(self.d.device)).tolist()
+            rewards.sum(), rewards.new_tensor(float(rewards.numel())), (rewards.max(1).values > 0).sum(),
+            rewards.new_tensor(float(rewards.shape[0])),
+        ]).double()).tolist()
         tok = distributed.all_sum(torch.stack([
             A.abs().sum(), (A != 0).sum().float(), w.sum(), (entropy * mask).sum(), kl.sum(),
             ((sampler_logp - batch["old_logp"]).abs() * mask).sum(),
@@ -290,10 +293,10 @@ def accumulate_gradients(model: torch.nn.Module, cfg: RunConfig, batch: dict[str
     num_seqs = distributed.all_sum(torch.tensor(float(len(rows)), device=rows.device))
     chunks = rows.split(cfg.train.micro_batch_size)
     loss_sum = torch.zeros((), device=rows.device)
-    for j, chunk in enumerate(chunks):
+    for j, chunk in enumerate(chunks):  # no .item() in here: statistics stay on the device until the mini-batch ends
         mb, _ = take(batch, chunk)
         loss, s = backward_micro_batch(model, cfg, mb, num_tokens, num_seqs, world_size, j == len(chunks) - 1, amp)
-        stats.add(s, mb["mask"].sum().item())
+        stats.add(s, mb["mask"].sum())
         loss_sum += loss
     return distributed.all_sum(loss_sum).item()
 
@@ -301,8 +304,8 @@ def accumulate_gradients(model: torch.nn.Module, cfg: RunConfig, batch: dict[str
 def backward_micro_batch(model: torch.nn.Module, cfg: RunConfig, mb: dict[str, Tensor], num_tokens: Tensor,
                          num_seqs: Tensor, world_size: int, last: bool,
                          amp: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-                         ) -> tuple[Tensor, dict[str, float]]:
-    """Forward and backward of one micro-batch; returns its (detached) loss and statistics.
+                         ) -> tuple[Tensor, dict[str, Tensor]]:
+    """Forward and backward of one micro-batch; returns its (detached) loss and statistics (0-d tensors).
 
     Autocast covers the forward only, so no autocast cache outlives it. DDP all-reduces the gradients
     on the `last` micro-batch only; FSDP2 reduce-scatters them on every one (distributed.gradient_sync).

@@ -152,12 +152,38 @@ def _chunks(n: int, size: int):
     return [slice(i, i + size) for i in range(0, n, size)]
 
 
+_mm_out_dtype_works: bool | None = None  # whether torch.mm(..., out_dtype=torch.float32) runs on CUDA (tried once)
+
+
+def matmul_fp32(a: Tensor, b: Tensor) -> Tensor:
+    """a @ b accumulated and returned in fp32 (fp64 stays fp64), never rounded to bf16/fp16 on the way.
+
+    Logits rounded to bf16 carry an error of up to 2^-9 |z| (0.06 at |z| = 25), and old and new
+    log-probs come from micro-batches of different shapes, whose GEMMs sum in different orders: the
+    on-policy ratio then drifts from 1 and clips spuriously (issue 18). On CUDA, torch.mm's out_dtype
+    (torch >= 2.8) keeps the bf16 tensor-core GEMM and only skips the final rounding; elsewhere, or when
+    it is missing, the tile's inputs are upcast (exact) and multiplied in fp32. Only the upcast path runs
+    on CPU, so only it is tested here; benchmarks/gpu_acceptance.py is where the CUDA path can be seen.
+    """
+    if a.dtype in (torch.float32, torch.float64) and b.dtype == a.dtype:
+        return a @ b
+    global _mm_out_dtype_works
+    if a.is_cuda and _mm_out_dtype_works is not False:
+        try:
+            out = torch.mm(a, b, out_dtype=torch.float32)
+            _mm_out_dtype_works = True
+            return out
+        except (TypeError, RuntimeError, NotImplementedError):
+            _mm_out_dtype_works = False
+    return a.float() @ b.float()
+
+
 def _accumulate(acc: Tensor, a: Tensor, b: Tensor) -> None:
     """acc += a @ b, where acc may be wider than a and b (fp32 accumulation for bf16/fp16)."""
-    if acc.dtype == a.dtype:
+    if acc.dtype == a.dtype == b.dtype:
         acc.addmm_(a, b)
     else:
-        acc += a @ b
+        acc += matmul_fp32(a, b)
 
 
 class _TokenStatsLinear(torch.autograd.Function):
@@ -170,8 +196,8 @@ class _TokenStatsLinear(torch.autograd.Function):
         state = new_state(hidden.shape[0], hidden.device)
         for vs in _chunks(weight.shape[0], vocab_chunk):
             w = weight[vs]
-            for ts in _chunks(hidden.shape[0], token_chunk):
-                impl.update_stats(state[ts], hidden[ts] @ w.T, vs.start, targets[ts], inv_temp, block)
+            for ts in _chunks(hidden.shape[0], token_chunk):  # fp32 tiles: see matmul_fp32
+                impl.update_stats(state[ts], matmul_fp32(hidden[ts], w.T), vs.start, targets[ts], inv_temp, block)
         logp, var, entropy, m, log_s1 = finish(state, inv_temp)
         ctx.save_for_backward(hidden, weight, targets, m, log_s1, entropy)
         ctx.args = (inv_temp, backend, token_chunk, vocab_chunk, block)
@@ -197,7 +223,8 @@ class _TokenStatsLinear(torch.autograd.Function):
             for ts in _chunks(hidden.shape[0], token_chunk):
                 g_ent = None if g_entropy is None else g_entropy[ts]
                 stats = (m[ts], log_s1[ts], entropy[ts], g_logp[ts], g_ent)
-                g = impl.grad_logits(hidden[ts] @ w.T, vs.start, targets[ts], *stats, inv_temp, block)
+                g = impl.grad_logits(matmul_fp32(hidden[ts], w.T), vs.start, targets[ts], *stats, inv_temp, block)
+                g = g.to(hidden.dtype)  # the gradient GEMMs in the input dtype, accumulated in fp32
                 if need_hidden:
                     _accumulate(grad_hidden[ts], g, w)
                 if need_weight:
@@ -222,9 +249,10 @@ def token_stats_linear(
     """Per-token (log pi(y_t), V_t, H_t) of softmax(hidden @ weight.T / temperature), each fp32 [T].
 
     hidden: [T, d]; weight: [V, d] (the LM head, same dtype); targets: [T] int64 in [0, V).
-    Logits are computed in tiles of at most [token_chunk, vocab_chunk] in the input dtype (as the
-    model's own LM head would) and recomputed in backward; gradients reach hidden and weight
-    through logp and H, V is detached.
+    Logits are computed in tiles of at most [token_chunk, vocab_chunk], accumulated and kept in fp32
+    (`matmul_fp32`: no bf16 rounding, so the statistics of a row do not depend on the rows it shares a
+    micro-batch with) and recomputed in backward; gradients reach hidden and weight through logp and H
+    (the logits' gradient is cast to the input dtype for its GEMMs), V is detached.
     """
     if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[1] or hidden.dtype != weight.dtype:
         raise ValueError(f"need hidden [T, d] and weight [V, d] of one dtype, got {tuple(hidden.shape)} {hidden.dtype} "

@@ -14,6 +14,15 @@ from torch import Tensor
 DEFAULT_BLOCK = 4096  # BLOCK_V: vocabulary columns per step, a power of two
 
 
+def num_warps(block: int) -> int:
+    """Warps per program for BLOCK_V columns: 4 up to 1024, 8 from 2048 (the default 4096), 16 from 8192,
+    32 from 32768; the rule of Liger-Kernel's calculate_settings. With Triton's default of 4 warps a
+    4096-column block leaves each of the 128 threads 32 columns of each of the six per-lane fp32 arrays
+    (x, z, e, s1, s2, sz), which spills registers. The speed-up can only be seen on a GPU (the interpreter
+    ignores num_warps); benchmarks/gpu_acceptance.py times the kernels there."""
+    return 32 if block >= 32768 else 16 if block >= 8192 else 8 if block >= 2048 else 4
+
+
 @triton.jit
 def _update_stats_kernel(
     logits_ptr, logits_stride, targets_ptr, state_ptr, n_cols, col0, inv_temp, BLOCK_V: tl.constexpr
@@ -103,7 +112,8 @@ def update_stats(state: Tensor, logits: Tensor, col0: int, targets: Tensor, inv_
         logits = logits.contiguous()
     n, width = logits.shape
     assert state.is_contiguous()
-    _update_stats_kernel[(n,)](logits, logits.stride(0), targets.contiguous(), state, width, col0, inv_temp, BLOCK_V=block)
+    _update_stats_kernel[(n,)](logits, logits.stride(0), targets.contiguous(), state, width, col0, inv_temp, BLOCK_V=block,
+                               num_warps=num_warps(block))
 
 
 def grad_logits(
@@ -129,6 +139,6 @@ def grad_logits(
     _grad_logits_kernel[(n,)](
         logits, logits.stride(0), grad, grad.stride(0), targets.contiguous(),
         m.contiguous(), log_s1.contiguous(), entropy.contiguous(), g_logp.contiguous(), g_entropy.contiguous(),
-        width, col0, inv_temp, BLOCK_V=block,
+        width, col0, inv_temp, BLOCK_V=block, num_warps=num_warps(block),
     )  # fmt: skip
     return grad

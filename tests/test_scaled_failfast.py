@@ -1,0 +1,109 @@
+"""Fail fast, never hang (issue 18, item 2): a non-finite gradient stops the run before the weights change,
+and a rank that raises ends a torchrun job instead of hanging it in distributed.shutdown's barrier.
+
+The second test runs this file under torchrun (2 gloo ranks): rank 1 raises while rank 0 waits for it in a
+collective, the way a rank that fails mid-step leaves the others inside an all-reduce.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "reco_scaled" / "configs" / "tiny-cpu.yaml")
+
+
+@pytest.fixture
+def tiny_model(monkeypatch):
+    from reco_scaled.config import load_config
+    from reco_scaled.model import build_tiny_countdown, path_ready, tiny_countdown_dir
+
+    monkeypatch.chdir(ROOT)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    cfg = load_config(TINY)
+    if not path_ready(tiny_countdown_dir(cfg)):
+        build_tiny_countdown(cfg, tiny_countdown_dir(cfg))
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_non_finite_gradient_stops_before_the_optimizer_step(tmp_path, monkeypatch, tiny_model):
+    """A NaN only in the gradients (the loss stays finite) of the last mini-batch of step 2: without the
+    gradient-norm check the optimizer writes NaN weights and the run finishes with them."""
+    from reco_scaled import trainer
+    from reco_scaled.train import main
+
+    calls, original = [], trainer.accumulate_gradients
+
+    def nan_gradients_at_the_last_update(model, *args, **kwargs):
+        loss = original(model, *args, **kwargs)
+        calls.append(loss)
+        if len(calls) == 8:  # 2 epochs x 2 mini-batches per step: the last update of step 2
+            next(p for p in model.parameters() if p.grad is not None).grad.view(-1)[0] = float("nan")
+        return loss
+
+    monkeypatch.setattr(trainer, "accumulate_gradients", nan_gradients_at_the_last_update)
+    out = tmp_path / "run"
+    with pytest.raises(FloatingPointError, match=r"gradient norm \(nan\) at step 2; the weights were not updated; "
+                                                 r"last good checkpoint: .*step_000001"):
+        main(["--config", TINY, f"out={out}", "train.steps=2", "checkpoint.every=1"])
+    assert all(map(torch.isfinite, map(torch.tensor, calls)))  # the loss itself never was non-finite
+    assert (out / "checkpoints" / "latest").read_text() == "step_000001"
+    assert not (out / "final").exists()
+
+
+def test_timeout_is_a_config_key():
+    from reco_scaled.config import ConfigError, load_config
+
+    assert load_config(TINY).train.dist_timeout_minutes == 60
+    assert load_config(TINY, ["train.dist_timeout_minutes=5"]).train.dist_timeout_minutes == 5
+    with pytest.raises(ConfigError, match="train.dist_timeout_minutes"):
+        load_config(TINY, ["train.dist_timeout_minutes=0"])
+
+
+def test_a_failing_rank_ends_the_job(tmp_path):
+    """Without the fix rank 1 waits in shutdown's barrier and rank 0 in its all-reduce, until the process-group
+    timeout (3 minutes here, 60 by default); the test gives the job 90 s."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("a rank raised and the 2-rank job was still running after 90 s")
+    assert proc.returncode != 0
+    assert "rank 1 fails on purpose" in output
+    assert "rank 0 passed the collective" not in output
+    print(f"job ended in {time.monotonic() - start:.1f} s")
+
+
+def _rank_main() -> None:
+    """Under torchrun: train.main's shape (work in a try, distributed.shutdown in its finally)."""
+    from reco_scaled import distributed
+
+    d = distributed.init(timeout_minutes=3)
+    try:
+        if d.rank == 1:
+            time.sleep(1)  # rank 0 is inside the all-reduce by now
+            raise RuntimeError("rank 1 fails on purpose")
+        distributed.all_sum(torch.ones(1))
+        print("rank 0 passed the collective", flush=True)
+    finally:
+        distributed.shutdown()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    _rank_main()
