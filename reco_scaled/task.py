@@ -61,7 +61,8 @@ class PromptSampler:
         out = []
         while len(out) < count:
             epoch, offset = divmod(self.consumed, self.n)
-            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
+            seeded = torch.Generator(device="cpu").manual_seed(self.seed * 100_003 + epoch)
+            order = torch.randperm(self.n, generator=seeded, device="cpu")  # host indices into the problem list
             take = order[offset: offset + count - len(out)].tolist()
             out += take
             self.consumed += len(take)
