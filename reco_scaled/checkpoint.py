@@ -8,6 +8,7 @@ config). A checkpoint is written into step_000004.tmp/ and renamed when every ra
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -106,6 +107,7 @@ def export_hf(path: Path, model: nn.Module, lm: nn.Module, tokenizer, dtype: tor
     """Write the policy as a Hugging Face model directory (for reco_scaled.evaluate and vLLM); all ranks call it.
 
     model: the (wrapped) PolicyModel; lm: its inner HF model, whose config and save_pretrained are used.
+    The weights are written in `dtype`, and config.json's "dtype" says so (dtype="auto" loads them as such).
     """
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0 only
     state = get_model_state_dict(model, options=options)
@@ -116,6 +118,9 @@ def export_hf(path: Path, model: nn.Module, lm: nn.Module, tokenizer, dtype: tor
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         lm.save_pretrained(tmp, state_dict=state)
+        config = copy.deepcopy(lm.config)  # save_pretrained records the dtype of lm's (fp32) parameters, not of `state`
+        config.dtype = dtype
+        config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)

@@ -7,7 +7,8 @@ The training terms assume what the trainer does on GPU: FSDP2 over `world` GPUs 
 fp32 master weights, gradients reduce-scattered after every micro-batch, gradient checkpointing, the
 fused LM head, no reference model (kl_coef 0) and vLLM asleep at level 2 while training.
 
-    python -m reco_scaled.memory      # the README table for the paper configs
+    python -m reco_scaled.memory                  # the README table for the paper configs (8 x 80 GB)
+    python -m reco_scaled.memory --gpu-gb 141     # on H200s (vLLM's share is a fraction of the GPU)
 """
 from __future__ import annotations
 
@@ -111,5 +112,20 @@ def _cell(t: Term) -> str:
     return t.note + (f"~{t.gb:.1f}" if t.kind == "estimate" else f"{t.gb:.2f}")
 
 
+def main(argv: list[str] | None = None) -> str:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m reco_scaled.memory", description=__doc__.split("\n")[0])
+    parser.add_argument("--gpu-gb", type=float, default=80.0,
+                        help="memory of one GPU in GB (80 for A100/H100 80GB, 141 for H200); sizes vLLM's share")
+    parser.add_argument("--world", type=int, default=8, help="GPUs the training state is sharded over (FSDP2)")
+    args = parser.parse_args(argv)
+    if args.gpu_gb <= 0 or args.world < 1:
+        parser.error("--gpu-gb must be > 0 and --world >= 1")
+    table = markdown_table(args.world, args.gpu_gb)
+    print(table)
+    return table
+
+
 if __name__ == "__main__":
-    print(markdown_table())
+    main()

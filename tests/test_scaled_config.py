@@ -144,3 +144,17 @@ def test_memory_terms_of_the_7b_config():
     assert terms["fp32 master weights"] == pytest.approx(4 * n / 8 / 1e9)
     assert terms["AdamW moments"] == pytest.approx(8 * n / 8 / 1e9)
     assert terms["checkpointed bf16 layer inputs"] == pytest.approx(2 * 4 * 4096 * 3584 * 28 / 1e9)
+
+
+def test_memory_command_takes_the_gpu_size(capsys):
+    """`python -m reco_scaled.memory --gpu-gb 141` (H200): vLLM's share is gpu_memory_utilization of 141 GB."""
+    from reco_scaled.memory import main, markdown_table, rollout_terms
+
+    assert main([]) == markdown_table()  # the default, 80 GB, is the README's table
+    h200 = main(["--gpu-gb", "141"])
+    assert "× 141 GB" in h200 and "× 80 GB" not in h200
+    cfg = load_config(CONFIGS / "qwen2.5-math-7b-reco.yaml")
+    vllm = rollout_terms(cfg, 8, 141.0)[-1]
+    assert vllm.gb == pytest.approx(cfg.rollout.gpu_memory_utilization * 141.0)
+    with pytest.raises(SystemExit):
+        main(["--gpu-gb", "0"])

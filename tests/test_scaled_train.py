@@ -129,3 +129,20 @@ def test_math_task_runs_on_a_tiny_random_model(tmp_path):
               "data.template=plain", "train.steps=1", "train.prompts_per_step=2", "train.micro_batch_size=4",
               "rollout.max_new_tokens=6")
     assert out[0]["step"] == 1 and out[0]["reward_mean"] == 0.0 and out[0]["response_length"] > 0
+
+
+def test_exported_config_records_the_saved_dtype(tmp_path):
+    """final/config.json says the dtype its weights were written in (bf16 on GPU), so dtype="auto" loads them so."""
+    from transformers import AutoModelForCausalLM
+
+    from reco_scaled import distributed
+    from reco_scaled.checkpoint import export_hf
+    from reco_scaled.model import PolicyModel, load_lm
+
+    cfg = load_config(TINY)
+    d = distributed.Dist(0, 1, torch.device("cpu"))
+    lm, tokenizer, _ = load_lm(cfg, d)
+    export_hf(tmp_path / "final", PolicyModel(lm), lm, tokenizer, torch.bfloat16, d)
+    assert json.loads((tmp_path / "final" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "final", dtype="auto").dtype == torch.bfloat16
+    assert next(lm.parameters()).dtype == torch.float32  # the trainer's own model is untouched
