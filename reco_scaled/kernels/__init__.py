@@ -173,7 +173,9 @@ def matmul_fp32(a: Tensor, b: Tensor) -> Tensor:
             out = torch.mm(a, b, out_dtype=torch.float32)
             _mm_out_dtype_works = True
             return out
-        except (TypeError, RuntimeError, NotImplementedError):
+        except torch.OutOfMemoryError:
+            raise
+        except (TypeError, RuntimeError, NotImplementedError):  # an older torch: no out_dtype, or not for this dtype
             _mm_out_dtype_works = False
     return a.float() @ b.float()
 
