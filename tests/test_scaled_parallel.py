@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from reco_countdown import char_tokenizer, tiny_model
@@ -165,3 +166,29 @@ def test_gradient_checkpointing_does_not_change_gradients():
 if __name__ == "__main__":
     torch.set_num_threads(1)
     worker(sys.argv[1])
+
+
+def test_statistics_are_read_once_per_mini_batch_and_do_not_depend_on_micro_batches(monkeypatch):
+    """No .item() (a device sync on a GPU) per micro-batch: the statistics stay tensors in StatSums until
+    reduce; the one read in accumulate_gradients is the mini-batch loss. The reduced values are the same
+    for one micro-batch of 8 and four of 2."""
+    from reco_scaled.loss import StatSums
+    from reco_scaled.model import PolicyModel
+    from reco_scaled.trainer import accumulate_gradients
+
+    reads, item = [], torch.Tensor.item
+    reduced = []
+    for micro in (8, 2):
+        lm, b = make_case()
+        cfg = config("reco-token-mean")
+        cfg.train.micro_batch_size = micro
+        stats = StatSums()
+        monkeypatch.setattr(torch.Tensor, "item", lambda self, m=micro: reads.append(m) or item(self))
+        accumulate_gradients(PolicyModel(lm), cfg, b, torch.arange(B), stats, 1)
+        monkeypatch.setattr(torch.Tensor, "item", item)
+        reduced.append(stats.reduce(torch.device("cpu")))
+    assert reads == [8, 2]  # one read per mini-batch, however many micro-batches
+    assert set(reduced[0]) == {"ratio_mean", "ratio_max", "clip_frac_high", "clip_frac_low", "approx_kl_old",
+                               "rho_mean", "rho_max"}
+    for k, v in reduced[0].items():
+        assert reduced[1][k] == pytest.approx(v, rel=1e-6, abs=1e-9), k
