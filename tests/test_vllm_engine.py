@@ -303,6 +303,7 @@ def test_sync_sends_a_tied_head_once_and_casts_before_gathering(tmp_path):
     result = json.loads(p.stdout.strip().splitlines()[-1])
     assert result["gathered_dtypes"] == ["torch.bfloat16"] and result["n_gathers"] == result["n_sent"], result
     assert result["values_equal"] and not result["lm_head_sent"], result
+    assert result["hf_engine_gathered_dtypes"] == ["torch.bfloat16"] and result["hf_engine_values_equal"], result
 
 
 def _free_port() -> int:
@@ -338,7 +339,14 @@ def recording(self, *a, **k):
 DTensor.full_tensor = recording
 sent = dict(iter_full_state_dict(model, torch.bfloat16))
 equal = all(torch.equal(sent[k], full[k].bfloat16()) for k in sent)
-print(json.dumps({"gathered_dtypes": sorted(set(gathered)), "n_gathers": len(gathered), "n_sent": len(sent),
-                  "values_equal": equal, "lm_head_sent": "lm_head.weight" in sent}))
+vllm_gathers, n_gathers = sorted(set(gathered)), len(gathered)
+gathered.clear()
+from reco_scaled.rollout.hf_engine import HFEngine
+engine = HFEngine(Qwen2ForCausalLM(cfg).to(torch.bfloat16), eos_token_ids=[2], pad_token_id=0)
+engine.sync_weights(model)
+hf_equal = all(torch.equal(v, full[k].bfloat16()) for k, v in engine.model.state_dict().items())
+print(json.dumps({"gathered_dtypes": vllm_gathers, "n_gathers": n_gathers, "n_sent": len(sent),
+                  "values_equal": equal, "lm_head_sent": "lm_head.weight" in sent,
+                  "hf_engine_gathered_dtypes": sorted(set(gathered)), "hf_engine_values_equal": hf_equal}))
 dist.destroy_process_group()
 """
