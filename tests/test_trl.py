@@ -32,7 +32,7 @@ from reco_mini import (  # noqa: E402
     token_logprobs,
     variance_stat,
 )
-from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer  # noqa: E402
+from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer, add_reco_stats, stats_path  # noqa: E402
 
 PROMPTS = ["3 5 7:", "12 4 9:", "8 2 6:", "1 9 5:"]
 P, G, MAX_LEN, ACCUM = 2, 4, 6, 2
@@ -160,11 +160,14 @@ CASES = [
     ({"method": "reco-token", "variance_cap": 1.2, "loss_type": "dr_grpo", "beta": 0.05,
       "use_bias_correction_kl": False}, {"variance_cap": 1.2, "kl_coef": 0.05}, {"num_tokens": P * G * MAX_LEN * ACCUM}),
     ({"method": "f-grpo", "loss_type": "dapo"}, {}, {"num_tokens": "tokens"}),
+    # the ZeRO-3 path (the model's own logits, chunked over tokens; 7 does not divide the 48 tokens of a batch)
+    ({"method": "reco", "occurrence": "token-mean", "token_ratio": "variance-old", "reco_stats_path": "gathered",
+      "reco_stats_chunk": 7}, {"occurrence": "token-mean", "token_ratio": "variance-old"}, {"num_tokens": "tokens"}),
 ]
 
 
-@pytest.mark.parametrize("settings, expected, norm", CASES,
-                         ids=["reco", "count-positive-grpo", "token-mean-variance-old-focal", "cap-kl-dr_grpo", "f-grpo"])
+@pytest.mark.parametrize("settings, expected, norm", CASES, ids=["reco", "count-positive-grpo",
+                         "token-mean-variance-old-focal", "cap-kl-dr_grpo", "f-grpo", "gathered-token-mean-variance-old"])
 def test_reco_equals_reco_mini(model_dir, tmp_path, settings, expected, norm):
     trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, **settings)
     model, tau = trainer.model, settings.get("temperature", 1.0)
@@ -212,6 +215,45 @@ def test_reco_equals_reco_mini(model_dir, tmp_path, settings, expected, norm):
         assert not torch.equal(batch["advantages"], group_advantages(REWARDS.view(P, G)).flatten())
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_gathered_stats_equal_fused(model_dir, temperature):
+    """The ZeRO-3 path (model logits, chunked) against the fused kernel on the same left-padded batch: log pi, V and
+    H agree, and so do the gradients of a loss through log pi, for every parameter (the tied head included)."""
+    from transformers import AutoModelForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    batch = fixed_batch(AutoModelForCausalLM.from_pretrained(model_dir), tok)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    a = torch.randn(ids.shape[0], MAX_LEN, generator=torch.Generator().manual_seed(3))
+    outs = {}
+    for path in ("fused", "gathered"):
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        add_reco_stats(model, temperature, fp32_head=False, path=path, chunk=5)
+        head_calls = []  # ZeRO-3 gathers the head's weight only inside its module call: the gathered path makes one
+        model.get_output_embeddings().register_forward_hook(lambda *args, calls=head_calls: calls.append(1))
+        logp, v, h = model(input_ids=ids, attention_mask=attn, reco_stats=MAX_LEN)
+        assert len(head_calls) == (path == "gathered")
+        assert not v.requires_grad and not h.requires_grad
+        (a * logp).sum().backward()
+        outs[path] = (logp.detach(), v, h, {n: p.grad for n, p in model.named_parameters()})
+    (logp, v, h, grads), (logp2, v2, h2, grads2) = outs["fused"], outs["gathered"]
+    mask = batch["completion_mask"].bool()
+    assert (logp2[~mask] == 0).all() and (v2[~mask] == 0).all() and (h2[~mask] == 0).all()
+    for x, y in ((logp, logp2), (v, v2), (h, h2)):
+        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-5)
+    assert grads.keys() == grads2.keys()
+    for name in grads:
+        torch.testing.assert_close(grads2[name], grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_stats_path_is_gathered_under_zero3_only():
+    assert stats_path("auto", 3) == "gathered" and stats_path("auto", 2) == "fused" and stats_path("auto", None) == "fused"
+    assert stats_path("gathered", None) == "gathered"
+    with pytest.raises(ValueError, match="ZeRO-3"):
+        stats_path("fused", 3)
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"loss_type": "cispo"}, "loss_type='cispo'"),
     ({"importance_sampling_level": "sequence"}, "importance_sampling_level"),
@@ -221,6 +263,7 @@ def test_reco_equals_reco_mini(model_dir, tmp_path, settings, expected, norm):
     ({"occurrence": "bogus"}, "occurrence: must be one of"),
     ({"epsilon": 1.5}, "epsilon: must be in (0, 1)"),
     ({"method": "ppo"}, "method='ppo'"),
+    ({"reco_stats_path": "dense"}, "reco_stats_path='dense'"),
 ])
 def test_refused_settings_fail_at_start(tmp_path, settings, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

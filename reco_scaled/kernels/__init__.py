@@ -14,7 +14,12 @@ Triton is installed, chunked otherwise).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
+import shutil
+import sysconfig
+import warnings
 from types import ModuleType
 
 import torch
@@ -31,12 +36,30 @@ LINEAR_CHUNKS = {"chunked": (1024, 8192), "triton": (4096, 32768)}
 
 
 def resolve_backend(backend: str, x: Tensor) -> str:
-    """"auto" -> "triton" for CUDA tensors when Triton is installed, else "chunked"."""
+    """"auto" -> "triton" for CUDA tensors when Triton is installed, else "chunked". Triton on CUDA without the
+    C toolchain it builds its launcher with falls back to "chunked", with a warning."""
     if backend == "auto":
-        return "triton" if x.is_cuda and importlib.util.find_spec("triton") is not None else "chunked"
+        backend = "triton" if x.is_cuda and importlib.util.find_spec("triton") is not None else "chunked"
     if backend not in BACKENDS:
         raise ValueError(f"backend must be 'auto' or one of {BACKENDS}, got {backend!r}")
+    if backend == "triton" and x.is_cuda and (problem := triton_toolchain_problem()):
+        warnings.warn(f"reco_scaled.kernels: Triton cannot build kernels here ({problem}); using the chunked "
+                      "PyTorch kernel instead", stacklevel=2)
+        return "chunked"
     return backend
+
+
+@functools.cache
+def triton_toolchain_problem() -> str | None:
+    """What Triton lacks to build its launcher at the first kernel launch (triton/runtime/build.py: $CC, else gcc
+    or clang, and Python.h), or None."""
+    if not (os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")):
+        return "no C compiler: set CC or install gcc"
+    scheme = "posix_prefix" if sysconfig.get_default_scheme() == "posix_local" else sysconfig.get_default_scheme()
+    include = sysconfig.get_paths(scheme=scheme)["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        return f"no Python headers: {include}/Python.h is missing (install python3-dev)"
+    return None
 
 
 def _impl(backend: str) -> ModuleType:

