@@ -14,6 +14,8 @@ import dataclasses
 import math
 import os
 import pickle
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -92,8 +94,10 @@ if verl is not None:
 
     # ---------------------------------------------------------------- GRPO parity with verl's ppo_loss
 
-    def grpo_micro_batch(seed: int, dp_size: int, agg: str):
-        """A micro-batch in verl's no-padding layout with live clipping on both sides and a binding dual clip."""
+    def grpo_micro_batch(seed: int, dp_size: int, agg: str, extras: bool = False):
+        """A micro-batch in verl's no-padding layout with live clipping on both sides and a binding dual clip.
+
+        extras: also an entropy output and reference log-probs (verl's entropy bonus and KL loss)."""
         g = torch.Generator().manual_seed(seed)
         prompt_lens, resp_lens = [3, 2, 4, 2, 3, 5], [5, 3, 6, 1, 4, 2]
         B = len(resp_lens)
@@ -121,18 +125,26 @@ if verl is not None:
         ratio = torch.cat([torch.exp(d) for d in delta])
         a_tok = torch.cat([a * torch.ones(n) for a, n in zip(adv, resp_lens)])
         assert ((ratio > 1.2) & (a_tok > 0)).any() and ((ratio < 0.8) & (a_tok < 0)).any() and ((ratio > 3) & (a_tok < 0)).any()
-        return {"log_probs": log_probs}, data, values
+        out = {"log_probs": log_probs}
+        if extras:
+            out["entropy"] = torch.nested.nested_tensor_from_jagged(1.0 + 0.3 * values.sin(), offsets)
+            data["ref_log_prob"] = nested(o + 0.2 * torch.randn(len(o), generator=g) for o in old)
+        return out, data, values
 
-    @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
-    @pytest.mark.parametrize("dp_size", [1, 2])
-    def test_grpo_equals_verl_ppo_loss(base_config, agg, dp_size):
+    @pytest.mark.parametrize("agg,dp_size,extras", [("token-mean", 1, False), ("token-mean", 2, False),
+                                                    ("seq-mean-token-mean", 1, False), ("seq-mean-token-mean", 2, False),
+                                                    ("token-mean", 2, True)])
+    def test_grpo_equals_verl_ppo_loss(base_config, agg, dp_size, extras):
         cfg = config_with(base_config, reco__method="grpo", actor_rollout_ref__actor__loss_agg_mode=agg)
+        if extras:  # verl's entropy bonus and k3 KL loss, which the plugin adds as ppo_loss does
+            cfg = config_with(cfg, actor_rollout_ref__actor__entropy_coeff=0.01, actor_rollout_ref__actor__use_kl_loss=True,
+                              actor_rollout_ref__actor__kl_loss_coef=0.1, actor_rollout_ref__actor__kl_loss_type="low_var_kl")
         loss_cfg = plugin.check_config(cfg)
         assert plugin.terms_off(loss_cfg) and loss_cfg.dual_clip == 3.0 and loss_cfg.aggregation == agg
         results = []
         for which in ("verl", "plugin", "reco_mini path"):
             actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
-            out, data, values = grpo_micro_batch(0, dp_size, agg)
+            out, data, values = grpo_micro_batch(0, dp_size, agg, extras)
             if which == "verl":
                 loss, metrics = ppo_loss(actor, out, data)
             elif which == "plugin":  # every ReCo term off: verl's ppo_loss itself
@@ -146,7 +158,8 @@ if verl is not None:
         for loss, grad, metrics in others:
             torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-7)
             torch.testing.assert_close(grad, ref_grad, rtol=1e-6, atol=1e-7)
-            for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl"):
+            keys = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl") + (("actor/entropy_loss", "kl_loss") if extras else ())
+            for key in keys:
                 assert metrics[key].aggregation == ref_m[key].aggregation
                 assert math.isclose(float(metrics[key].aggregate()), float(ref_m[key].aggregate()), rel_tol=1e-5, abs_tol=1e-7)
 
@@ -431,3 +444,37 @@ if verl is not None:
                 loss_field = reco_mini.LossConfig.__dataclass_fields__[f.name]
                 assert (f.default, f.metadata["help"]) == (loss_field.default, loss_field.metadata["help"])
         assert "reco.variance_cap (default 10.0)" in plugin.settings_help()
+
+    # ---------------------------------------------------------------- the recipes of docs/verl.md
+
+    def recipe_commands() -> list[list[str]]:
+        """Every `python3 -m verl.trainer.main_ppo` line of docs/verl.md, its bash arrays expanded, as overrides."""
+        text = (ROOT / "docs" / "verl.md").read_text()
+        blocks = re.findall(r"^([A-Z_0-9]+)=\(\n(.*?)^\)", text, re.M | re.S)
+        arrays = {name: shlex.split(body, comments=True) for name, body in blocks}
+        commands = []
+        for line in re.findall(r"^python3 -m verl\.trainer\.main_ppo (.*)$", text, re.M):
+            words = []
+            for word in shlex.split(line):
+                m = re.fullmatch(r"\$\{([A-Z_0-9]+)\[@\]\}", word)
+                words += arrays[m.group(1)] if m else [word]
+            commands.append([w.replace("$DATA", "/data") for w in words])
+        return commands
+
+    def test_recipes_compose_with_verl_config_and_pass_the_checks():
+        commands = recipe_commands()
+        assert len(commands) == 7  # 3 models x (GRPO, ReCo) on one node, and the 2-node example
+        config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+        reco_runs = 0
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            for overrides in commands:
+                cfg = compose(config_name="ppo_trainer", overrides=overrides)  # unknown keys or bad values raise
+                omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)  # verl's own checks of the actor settings
+                assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.algorithm.adv_estimator == "grpo"
+                if cfg.trainer.v1.trainer_mode == "reco":
+                    loss_cfg = plugin.check_config(cfg)
+                    assert (loss_cfg.occurrence, loss_cfg.token_ratio, loss_cfg.dual_clip) == ("count", "variance", 3.0)
+                    reco_runs += 1
+                else:
+                    assert cfg.trainer.v1.trainer_mode == "sync" and "reco" not in cfg
+        assert reco_runs == 4
