@@ -30,13 +30,18 @@ give_up() {
     exit 0
 }
 VERSIONS=""
+ENTRY_POINT=$(sed -n 's/^reco = "\(.*\)"$/\1/p' "$ROOT/pyproject.toml")
 works() {
-    # verl, the modules the plugin and its tests use, and the plugin registered through the entry point.
-    VERSIONS=$(cd "$ROOT" && "$VENV/bin/python" -c "
-import verl, torch, transformers, pytest
-import verl.workers.utils.losses, verl.workers.engine.fsdp.transformer_impl, verl.trainer.ppo.v1.trainer_base
-from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
-assert 'reco' in TRAINER_REGISTRY, 'plugin not registered'
+    # verl, the modules the plugin and its tests use, this checkout installed with pyproject.toml's entry point
+    # (a changed entry point or another checkout's install means: install again), and the trainer registered.
+    VERSIONS=$(cd / && "$VENV/bin/python" -c "
+import importlib.metadata as md, os
+import verl, torch, transformers, pytest, reco_scaled
+import verl.workers.utils.losses, verl.workers.engine.fsdp.transformer_impl
+from verl.trainer.ppo.v1 import get_trainer_cls
+assert [e.value for e in md.entry_points(group='verl.plugins') if e.name == 'reco'] == ['$ENTRY_POINT'], 'entry point'
+assert os.path.realpath(reco_scaled.__file__).startswith(os.path.realpath('$ROOT') + os.sep), 'another checkout'
+get_trainer_cls('reco')
 print(f'verl {verl.__version__}, torch {torch.__version__}, transformers {transformers.__version__}')
 " 2>/dev/null | tail -n 1)
     [ -n "$VERSIONS" ]
@@ -67,7 +72,7 @@ pip_install --no-deps -e "$ROOT" || give_up "'pip install --no-deps -e $ROOT' (t
 
 if ! works; then
     say "import check failed; the error was:"
-    (cd "$ROOT" && "$VENV/bin/python" -c "import verl.trainer.ppo.v1.trainer_base, verl.workers.engine.fsdp.transformer_impl; from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY; assert 'reco' in TRAINER_REGISTRY, 'reco plugin not registered on import verl'" 2>&1 | tail -n 15)
+    (cd / && "$VENV/bin/python" -c "import verl.workers.engine.fsdp.transformer_impl; from verl.trainer.ppo.v1 import get_trainer_cls; get_trainer_cls('reco')" 2>&1 | tail -n 15)
     give_up "verl was installed but does not import with the plugin registered"
 fi
 

@@ -403,22 +403,29 @@ if verl is not None:
     # ---------------------------------------------------------------- registration and refusals
 
     def test_registers_on_import_verl_and_patches_nothing():
-        code = ("import verl, verl.utils.torch_functional as F\n"
-                "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY\n"
-                "print(TRAINER_REGISTRY['reco'].__module__, F.calculate_sum_pi_squared_from_logits.__module__,\n"
-                "      TRAINER_REGISTRY['sync'].__module__)")
+        code = ("import sys, verl\n"
+                "print('reco_scaled.integrations.verl_entry' in sys.modules, 'reco_scaled.integrations.verl' in sys.modules,\n"
+                "      'verl.trainer.ppo.v1.trainer_base' in sys.modules)\n"
+                "import verl.utils.torch_functional as F\n"
+                "from verl.trainer.ppo.v1 import get_trainer_cls\n"  # as verl's TaskRunnerV1 picks the trainer
+                "print(get_trainer_cls('reco').__module__, F.calculate_sum_pi_squared_from_logits.__module__,\n"
+                "      get_trainer_cls('sync').__module__)")
         env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_PLUGINS", "VERL_USE_EXTERNAL_MODULES")}
         run = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
-        assert run.stdout.split() == ["reco_scaled.integrations.verl", "verl.utils.torch_functional",
-                                      "verl.trainer.ppo.v1.trainer_sync"]
+        # on `import verl`: the entry point ran, the plugin and verl's trainer are not imported
+        assert run.stdout.split() == ["True", "False", "False", "reco_scaled.integrations.verl",
+                                      "verl.utils.torch_functional", "verl.trainer.ppo.v1.trainer_sync"]
         assert TRAINER_REGISTRY["reco"] is plugin.RecoTrainer
 
     @pytest.mark.parametrize("setting,field", [
         ({"trainer__use_v1": False}, "trainer.use_v1"),
         ({"trainer__v1__trainer_mode": "colocate_async"}, "trainer.v1.trainer_mode"),
         ({"actor_rollout_ref__actor__policy_loss__loss_mode": "gspo"}, "actor_rollout_ref.actor.policy_loss.loss_mode"),
-        ({"actor_rollout_ref__model__use_fused_kernels": True}, "actor_rollout_ref.actor.use_fused_kernels"),
+        ({"actor_rollout_ref__model__use_fused_kernels": True}, "actor_rollout_ref.model.use_fused_kernels"),
+        ({"actor_rollout_ref__actor__use_fused_kernels": True}, "actor_rollout_ref.actor.use_fused_kernels"),
+        ({"distillation__enabled": True}, "distillation.enabled"),
+        ({"algorithm__rollout_correction__rollout_rs": "token_k1"}, "algorithm.rollout_correction.rollout_rs"),
         ({"algorithm__adv_estimator": "gae"}, "algorithm.adv_estimator"),
         ({"algorithm__adv_estimator": "optimal_token_baseline"}, "algorithm.adv_estimator"),
         ({"algorithm__rollout_correction__rollout_is": "token"}, "algorithm.rollout_correction.rollout_is"),
@@ -444,6 +451,10 @@ if verl is not None:
                 loss_field = reco_mini.LossConfig.__dataclass_fields__[f.name]
                 assert (f.default, f.metadata["help"]) == (loss_field.default, loss_field.metadata["help"])
         assert "reco.variance_cap (default 10.0)" in plugin.settings_help()
+        without = copy.deepcopy(base_config)
+        with open_dict(without):
+            del without["reco"]
+        assert plugin.check_config(without) == cfg  # no reco section: the defaults (method reco)
 
     # ---------------------------------------------------------------- the recipes of docs/verl.md
 

@@ -34,10 +34,11 @@ rejection sampling, bypass mode), loss_agg_mode other than token-mean and seq-me
 distillation, a non-FSDP actor strategy (Megatron's sum pi^2 is its own function, untested here), unknown `reco` keys.
 The loss also stops if advantages vary within a response.
 
-Registration: a `verl.plugins` entry point (pyproject.toml), chosen over VERL_USE_EXTERNAL_MODULES because verl
-loads it in every process that imports verl, Ray workers and the TaskRunner actor included, with no environment
-variable to forward; `VERL_USE_EXTERNAL_PLUGINS=none` switches it off. Importing the plugin only registers the
-trainer name "reco" (and imports verl's v1 trainer module, about 1 s); it patches nothing.
+Registration: a `verl.plugins` entry point (pyproject.toml, reco_scaled/integrations/verl_entry.py), chosen over
+VERL_USE_EXTERNAL_MODULES because verl loads it in every process that imports verl, Ray's TaskRunner actor included,
+with no environment variable to forward; `VERL_USE_EXTERNAL_PLUGINS=none` switches it off. The entry point imports
+nothing of verl: it imports this module right after verl's v1 trainer module, which registers the trainer "reco".
+Importing this module patches nothing.
 
 Private verl names this module depends on (check them on a verl upgrade):
 - verl.trainer.ppo.v1.trainer_base: PPOTrainer.trainer_mode (an attribute compared with "sync"), ._setup,
@@ -138,8 +139,9 @@ def check_config(config) -> LossConfig:
          "must be vanilla (ReCo replaces the PPO surrogate itself)"),
         (f"{ACTOR}.strategy", _get(config, f"{ACTOR}.strategy", "fsdp") in ("fsdp", "fsdp2"),
          "must be fsdp or fsdp2 (only verl's FSDP engine is covered by this plugin's tests)"),
-        (f"{ACTOR}.use_fused_kernels", not _get(config, f"{ACTOR}.use_fused_kernels", False)
-         and not _get(config, "actor_rollout_ref.model.use_fused_kernels", False),
+        ("actor_rollout_ref.model.use_fused_kernels", not _get(config, "actor_rollout_ref.model.use_fused_kernels", False),
+         "must be false: fused kernels never materialise the logits that sum pi^2 (V) needs"),
+        (f"{ACTOR}.use_fused_kernels", not _get(config, f"{ACTOR}.use_fused_kernels", False),
          "must be false: fused kernels never materialise the logits that sum pi^2 (V) needs"),
         ("algorithm.adv_estimator", _get(config, "algorithm.adv_estimator") in PER_RESPONSE_ESTIMATORS,
          f"must be one of {list(PER_RESPONSE_ESTIMATORS)}: ReCo needs one advantage per response "
