@@ -2,7 +2,7 @@
 
     # once: pip install --no-deps -e .   (this repo, in verl's environment: registers the `verl.plugins` entry point)
     python -m verl.trainer.main_ppo algorithm.adv_estimator=grpo trainer.v1.trainer_mode=reco \
-        +reco.method=reco +reco.occurrence=sequence ...          # docs/verl.md has the full recipes
+        +reco.method=reco +reco.occurrence=count ...             # docs/verl.md has the full recipes
 
 Selected by `trainer.v1.trainer_mode=reco`; it then runs exactly as verl's `sync` trainer, plus:
 
@@ -19,8 +19,9 @@ Selected by `trainer.v1.trainer_mode=reco`; it then runs exactly as verl's `sync
   the loss logs reco/rho_*.
 - fp32 sum pi^2: verl computes sum pi^2 in the logits' dtype (bf16 in practice: V off by >10% on many tokens, and
   V = 0 on confident ones). When the loss reaches a worker process (Ray unpickles it there, in `set_loss_fn`), and
-  only if it needs V, verl's function is replaced in that process by `sum_pi_squared_fp32`: reco_mini's V in fp32,
-  no-grad (rho is a stop-gradient), in token chunks. Processes that never receive a ReCo loss are untouched.
+  only if it needs V, verl's function is replaced in that process by `sum_pi_squared_fp32`: reco_mini's V in fp32
+  (fp64 logits stay fp64), no-grad (rho is a stop-gradient), 1024 tokens at a time. Processes that never receive a
+  ReCo loss are untouched.
 
 Settings: a top-level `reco` section (`+reco.<field>=...` on verl's command line), fields `RecoSettings` (method,
 occurrence, occurrence_apply, token_ratio, focal_gamma, variance_cap, variance_norm) with reco_mini.LossConfig's
@@ -41,13 +42,15 @@ nothing of verl: it imports this module right after verl's v1 trainer module, wh
 Importing this module patches nothing.
 
 Private verl names this module depends on (check them on a verl upgrade):
-- verl.trainer.ppo.v1.trainer_base: PPOTrainer.trainer_mode (an attribute compared with "sync"), ._setup,
-  ._compute_old_log_prob, ._update_actor, .actor_rollout_wg, .config; KVBatchMeta.extra_info and .tags["is_padding"]
-  as the v1 trainer uses them; the TransferQueue field names uid, responses, response_mask, rm_scores,
-  old_log_probs, advantages and sum_pi_squared.
+- verl.trainer.ppo.v1.trainer_base (the module path the entry point waits for): PPOTrainer.trainer_mode (an
+  attribute compared with "sync"), ._setup (its actor init_model sets ppo_loss, which set_loss_fn replaces after
+  it), ._compute_old_log_prob, ._update_actor, .actor_rollout_wg, .config; KVBatchMeta.extra_info (passed to the
+  engine as micro-batch flags) and .tags["is_padding"]; the TransferQueue field names uid, responses,
+  response_mask, rm_scores, old_log_probs, advantages and sum_pi_squared (the worker's output, full sequence).
 - verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync (the class subclassed).
-- The micro-batch keys dp_size, batch_num_tokens, global_batch_size and calculate_sum_pi_squared, and
-  ActorConfig.global_batch_info (as verl.workers.utils.losses.ppo_loss uses them).
+- The micro-batch keys dp_size, batch_num_tokens, global_batch_size and calculate_sum_pi_squared, the
+  model_output keys log_probs, entropy and sum_pi_squared, ActorConfig.global_batch_info and ppo_loss's metric
+  names and aggregation rule (as verl.workers.utils.losses.ppo_loss uses them).
 - verl.utils.torch_functional.calculate_sum_pi_squared_from_logits, looked up through the module by
   verl.workers.engine.fsdp.transformer_impl (the attribute replaced in ReCo's worker processes).
 - verl.workers.utils.padding.no_padding_2_padding, response_from_nested (public functions of a private module).
@@ -184,7 +187,7 @@ def needs_v_old(cfg: LossConfig) -> bool:
 
 
 @torch.no_grad()
-def sum_pi_squared_fp32(logits: torch.Tensor, chunk_tokens: int = 4096) -> torch.Tensor:
+def sum_pi_squared_fp32(logits: torch.Tensor, chunk_tokens: int = 1024) -> torch.Tensor:
     """sum_v pi(v|s)^2 = 1 - V(s), V from reco_mini.variance_stat in fp32 (fp64 stays fp64), no gradient.
 
     A drop-in for verl.utils.torch_functional.calculate_sum_pi_squared_from_logits ([..., V] -> [...]), computed
@@ -353,12 +356,12 @@ class RecoTrainer(PPOTrainerSync):
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=select)
         uids = data.get("uid").tolist()  # as verl's _compute_advantage reads them
         padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
-        mask = data["response_mask"].to_padded_tensor(0).double()
-        old_lp = data["old_log_probs"].to_padded_tensor(0.0).double()
-        adv = data["advantages"].to_padded_tensor(0.0).double()
-        rewards = data["rm_scores"].to_padded_tensor(0.0).double().sum(-1)
+        mask = _padded(data["response_mask"]).double()
+        old_lp, adv = _padded(data["old_log_probs"]).double(), _padded(data["advantages"]).double()
+        rewards = _padded(data["rm_scores"]).double().sum(-1)
         seq_lp, lengths, adv_i = (old_lp * mask).sum(-1), mask.sum(-1), (adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        responses = [tuple(r.tolist()) for r in data["responses"].unbind()]  # the sampled token ids
+        # the sampled token ids, for `count` (copies are identical responses)
+        responses = [tuple(r.tolist()) for r in data["responses"].unbind()] if cfg.occurrence == "count" else None
 
         groups = defaultdict(list)  # uid -> rows, in batch order; padding rows belong to no group
         for row, (uid, pad) in enumerate(zip(uids, padding)):
@@ -368,7 +371,8 @@ class RecoTrainer(PPOTrainerSync):
         for rows in groups.values():
             idx = torch.tensor(rows)
             if cfg.occurrence != "none":
-                weights[idx] = occurrence_weights(seq_lp[idx].view(1, -1), cfg.occurrence, [responses[r] for r in rows],
+                weights[idx] = occurrence_weights(seq_lp[idx].view(1, -1), cfg.occurrence,
+                                                  None if responses is None else [responses[r] for r in rows],
                                                   lengths=lengths[idx].view(1, -1), advantages=adv_i[idx].view(1, -1),
                                                   apply=cfg.occurrence_apply).view(-1)
             if cfg.focal_gamma > 0:
@@ -385,7 +389,7 @@ class RecoTrainer(PPOTrainerSync):
             fields_out["advantages"] = _nested(new_adv)
             metrics["reco/focal_scale_mean"] = scale[real].mean().item()
         if needs_v_old(cfg):
-            v_old = data["reco_v_old"].to_padded_tensor(0.0).double()
+            v_old = _padded(data["reco_v_old"]).double()
             real_mask = mask * real[:, None]
             v_mean = ((v_old * real_mask).sum() / real_mask.sum().clamp(min=1)).item() if cfg.variance_norm == "batch" else 1.0
             if not math.isfinite(v_mean) or v_mean <= 0:
