@@ -5,7 +5,9 @@ verl 0.9.1 cannot share the main interpreter (it needs transformers<5.11), so it
 .venv-verl's python (and skips, saying why, where .venv-verl could not be built); under .venv-verl it holds the tests:
 GRPO parity with verl's ppo_loss, ReCo parity with reco_mini.policy_loss through verl's FSDP engine output code and
 verl's real v1 trainer steps (fake TransferQueue and worker group), sum pi^2 precision on bf16 logits, registration
-on `import verl`, and the refusals.
+on `import verl`, the refusals, and docs/verl.md's recipes against verl's config. Beyond the plugin's own list, the
+tests use verl internals: FSDPEngineWithLMHead built with __new__ (use_ulysses_sp, pad_to_length, engine_config,
+compute_entropy_from_logits set by hand, as verl's own CPU tests do) and the TransferQueue calls kv_batch_get/put.
 """
 from __future__ import annotations
 
@@ -350,7 +352,7 @@ if verl is not None:
         cfg = config_with(base_config, reco__occurrence="count", reco__token_ratio=token_ratio)
         trainer, metrics, rows, *_ = run_trainer_steps(cfg, monkeypatch)
         wg = trainer.actor_rollout_wg
-        assert isinstance(trainer.replay_buffer, ReplayBuffer) and type(trainer.replay_buffer) is ReplayBuffer  # sync's
+        assert type(trainer.replay_buffer) is ReplayBuffer  # the sync trainer's, not ReplayBufferAsync
         (old_call, old_info), (update_call, update_info) = wg.calls
         assert old_call == "compute_log_prob" and old_info["calculate_sum_pi_squared"] is (token_ratio != "is")
         assert old_info["compute_loss"] is False and old_info["temperature"] == TEMPERATURE
