@@ -1,0 +1,493 @@
+"""The verl 0.9.1 plugin (reco_scaled/integrations/verl.py), tested on CPU against verl's own code.
+
+verl 0.9.1 cannot share the main interpreter (it needs transformers<5.11), so it lives in .venv-verl, built by
+`bash .ci/setup-verl.sh`. Under the main interpreter this file holds one test, which runs this same file with
+.venv-verl's python (and skips, saying why, where .venv-verl could not be built); under .venv-verl it holds the tests:
+GRPO parity with verl's ppo_loss, ReCo parity with reco_mini.policy_loss through verl's FSDP engine output code and
+verl's real v1 trainer steps (fake TransferQueue and worker group), sum pi^2 precision on bf16 logits, registration
+on `import verl`, the refusals, and docs/verl.md's recipes against verl's config. Beyond the plugin's own list, the
+tests use verl internals: FSDPEngineWithLMHead built with __new__ (use_ulysses_sp, pad_to_length, engine_config,
+compute_entropy_from_logits set by hand, as verl's own CPU tests do) and the TransferQueue calls kv_batch_get/put.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+import pickle
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
+INNER = "RECO_VERL_INNER_RUN"
+
+try:
+    import verl
+except ImportError:
+    verl = None
+
+
+def test_verl_plugin_in_venv_verl():
+    """Run this file's verl tests with .venv-verl's python (the main interpreter has no verl)."""
+    if os.environ.get(INNER):
+        pytest.fail(f"{sys.executable} cannot import verl: rebuild .venv-verl with `bash .ci/setup-verl.sh`")
+    if not VENV_PYTHON.exists():
+        pytest.skip(".venv-verl is missing: `bash .ci/setup-verl.sh` builds it (CI runs it; it exits 0 without "
+                    "building where verl 0.9.1 cannot be installed, e.g. no network)")
+    env = os.environ | {INNER: "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    run = subprocess.run([str(VENV_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=900)
+    report = run.stdout[-8000:] + run.stderr[-3000:]
+    assert run.returncode == 0, report
+    summary = run.stdout.strip().splitlines()[-1]
+    assert "passed" in summary and "skipped" not in summary and "failed" not in summary, report
+
+
+if verl is not None:
+    del test_verl_plugin_in_venv_verl  # here the tests below run directly
+
+    import transfer_queue
+    import verl.utils.torch_functional as verl_F
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+    from tensordict import TensorDict
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+    from verl.workers.utils.losses import ppo_loss
+
+    import reco_mini
+    from reco_scaled.integrations import verl as plugin
+
+    TEMPERATURE = 0.7
+    VOCAB = 13
+
+    def nested(rows: list) -> torch.Tensor:
+        return torch.nested.as_nested_tensor(list(rows), layout=torch.jagged)
+
+    @pytest.fixture(scope="module")
+    def base_config():
+        """verl's own ppo_trainer.yaml, composed by hydra as verl's main does, with the plugin selected."""
+        with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+            return compose(config_name="ppo_trainer", overrides=[
+                "algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=reco", "actor_rollout_ref.rollout.n=4",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=3", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                f"actor_rollout_ref.rollout.temperature={TEMPERATURE}", "+reco.method=reco"])
+
+    def config_with(base, **settings):
+        """A copy of `base` with dotted settings (`reco__occurrence="count"` sets reco.occurrence)."""
+        cfg = copy.deepcopy(base)
+        with open_dict(cfg):
+            for key, value in settings.items():
+                OmegaConf.update(cfg, key.replace("__", "."), value, force_add=True)
+        return cfg
+
+    # ---------------------------------------------------------------- GRPO parity with verl's ppo_loss
+
+    def grpo_micro_batch(seed: int, dp_size: int, agg: str, extras: bool = False):
+        """A micro-batch in verl's no-padding layout with live clipping on both sides and a binding dual clip.
+
+        extras: also an entropy output and reference log-probs (verl's entropy bonus and KL loss)."""
+        g = torch.Generator().manual_seed(seed)
+        prompt_lens, resp_lens = [3, 2, 4, 2, 3, 5], [5, 3, 6, 1, 4, 2]
+        B = len(resp_lens)
+        resp_mask = [torch.ones(n, dtype=torch.long) for n in resp_lens]
+        resp_mask[2][3] = 0  # a masked token inside a response (e.g. a tool output)
+        adv = torch.tensor([1.3, -0.8, 0.5, -1.7, 2.0, -0.4])
+        old = [torch.randn(n, generator=g) * 0.5 - 1.0 for n in resp_lens]
+        # new log-probs: log-ratios spread over [-1.5, 1.5] so that 1 -+ eps clip both ways and r > 3 occurs with A < 0
+        delta = [torch.linspace(-1.5, 1.5, n) if n > 1 else torch.tensor([1.4]) for n in resp_lens]
+        new_resp = [o + d for o, d in zip(old, delta)]
+        full = [torch.cat([torch.randn(p, generator=g), r]) for p, r in zip(prompt_lens, new_resp)]
+        values = torch.cat([torch.cat([f[1:], f[:1]]) for f in full]).clone().requires_grad_(True)
+        # verl's log_probs at position t are for token t+1; the response's log-probs sit one step left
+        offsets = torch.tensor([0, *torch.tensor([p + r for p, r in zip(prompt_lens, resp_lens)]).cumsum(0).tolist()])
+        log_probs = torch.nested.nested_tensor_from_jagged(values, offsets)
+        data = tu.get_tensordict({
+            "prompts": nested(torch.zeros(p, dtype=torch.long) for p in prompt_lens),
+            "responses": nested(torch.zeros(n, dtype=torch.long) for n in resp_lens),
+            "response_mask": nested(resp_mask), "old_log_probs": nested(old),
+            "advantages": nested(a * torch.ones(n) for a, n in zip(adv, resp_lens))})
+        local_tokens = sum(int(m.sum()) for m in resp_mask)
+        tu.assign_non_tensor(data, dp_size=dp_size, batch_num_tokens=local_tokens + 11 * (dp_size - 1),
+                             global_batch_size=B * dp_size)
+        # the clipping regimes the test claims to cover
+        ratio = torch.cat([torch.exp(d) for d in delta])
+        a_tok = torch.cat([a * torch.ones(n) for a, n in zip(adv, resp_lens)])
+        assert ((ratio > 1.2) & (a_tok > 0)).any() and ((ratio < 0.8) & (a_tok < 0)).any() and ((ratio > 3) & (a_tok < 0)).any()
+        out = {"log_probs": log_probs}
+        if extras:
+            out["entropy"] = torch.nested.nested_tensor_from_jagged(1.0 + 0.3 * values.sin(), offsets)
+            data["ref_log_prob"] = nested(o + 0.2 * torch.randn(len(o), generator=g) for o in old)
+        return out, data, values
+
+    @pytest.mark.parametrize("agg,dp_size,extras", [("token-mean", 1, False), ("token-mean", 2, False),
+                                                    ("seq-mean-token-mean", 1, False), ("seq-mean-token-mean", 2, False),
+                                                    ("token-mean", 2, True)])
+    def test_grpo_equals_verl_ppo_loss(base_config, agg, dp_size, extras):
+        cfg = config_with(base_config, reco__method="grpo", actor_rollout_ref__actor__loss_agg_mode=agg)
+        if extras:  # verl's entropy bonus and k3 KL loss, which the plugin adds as ppo_loss does
+            cfg = config_with(cfg, actor_rollout_ref__actor__entropy_coeff=0.01, actor_rollout_ref__actor__use_kl_loss=True,
+                              actor_rollout_ref__actor__kl_loss_coef=0.1, actor_rollout_ref__actor__kl_loss_type="low_var_kl")
+        loss_cfg = plugin.check_config(cfg)
+        assert plugin.terms_off(loss_cfg) and loss_cfg.dual_clip == 3.0 and loss_cfg.aggregation == agg
+        results = []
+        for which in ("verl", "plugin", "reco_mini path"):
+            actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
+            out, data, values = grpo_micro_batch(0, dp_size, agg, extras)
+            if which == "verl":
+                loss, metrics = ppo_loss(actor, out, data)
+            elif which == "plugin":  # every ReCo term off: verl's ppo_loss itself
+                loss, metrics = plugin.RecoLoss(actor, loss_cfg)(model_output=out, data=data, dp_group=None)
+            else:  # the same settings through reco_mini.policy_loss, as ReCo's runs compute it
+                loss, metrics = plugin.reco_ppo_loss(actor, out, data, loss_cfg=loss_cfg)
+            (grad,) = torch.autograd.grad(loss, values)
+            results.append((loss.detach(), grad, metrics))
+        (ref, ref_grad, ref_m), *others = results
+        assert ref_grad.abs().sum() > 0
+        for loss, grad, metrics in others:
+            torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-7)
+            torch.testing.assert_close(grad, ref_grad, rtol=1e-6, atol=1e-7)
+            keys = ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl") + (("actor/entropy_loss", "kl_loss") if extras else ())
+            for key in keys:
+                assert metrics[key].aggregation == ref_m[key].aggregation
+                assert math.isclose(float(metrics[key].aggregate()), float(ref_m[key].aggregate()), rel_tol=1e-5, abs_tol=1e-7)
+
+    # ---------------------------------------------------------------- a rollout batch, a fake TransferQueue and worker group
+
+    GROUP_RESPONSES = [  # P = 3 groups of G = 4; group 0 holds a duplicate (count weights 2/3, 2/3, 4/3, 4/3)
+        [[5, 6, 7], [5, 6, 7], [8, 9], [10, 11, 12, 5]],
+        [[6], [7, 8, 9, 10, 11], [12, 12], [9, 8, 7]],
+        [[11, 10], [5, 5, 5, 5], [6, 7, 8], [9]],
+    ]
+    REWARDS = [[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]]
+
+    def rollout_rows(seed: int = 0):
+        """TransferQueue rows as verl's agent loop writes them (before the old pass), plus one verl padding row."""
+        g = torch.Generator().manual_seed(seed)
+        rewards = torch.tensor(REWARDS)
+        adv = reco_mini.group_advantages(rewards)  # GRPO's advantages, one per response
+        rows, tags = [], []
+        for p, group in enumerate(GROUP_RESPONSES):
+            for i, resp in enumerate(group):
+                prompt = torch.randint(1, VOCAB, (2 + (p + i) % 3,), generator=g)
+                response = torch.tensor(resp)
+                mask = torch.ones(len(resp), dtype=torch.long)
+                if p == 1 and i == 1:
+                    mask[2] = 0  # a tool-output token inside a response
+                score = torch.zeros(len(resp))
+                score[-1] = rewards[p, i]
+                rows.append(dict(uid=f"prompt{p}", prompts=prompt, responses=response, response_mask=mask, loss_mask=mask,
+                                 input_ids=torch.cat([prompt, response]), position_ids=torch.arange(len(prompt) + len(resp)),
+                                 rm_scores=score, rollout_log_probs=torch.full((len(resp),), -1.0),
+                                 advantages=adv[p, i] * torch.ones(len(resp))))
+                tags.append({"status": "success"})
+        # verl's padding row (trainer/ppo/padding_utils.py): a copy of a real row's uid, one masked response token
+        no_token = torch.zeros(1, dtype=torch.long)
+        pad = dict(rows[4], prompts=torch.full((3,), 2), responses=torch.tensor([2]), response_mask=no_token,
+                   loss_mask=no_token, input_ids=torch.full((4,), 2), position_ids=torch.arange(4),
+                   rm_scores=torch.zeros(1), rollout_log_probs=torch.zeros(1), advantages=torch.zeros(1))
+        rows.append(pad)
+        tags.append({"status": "success", "is_padding": True})
+        n_tok = sum(len(r["input_ids"]) for r in rows)
+        old_logits = torch.randn(n_tok, VOCAB, generator=g) * 2.0
+        new_logits = old_logits + 0.4 * torch.randn(n_tok, VOCAB, generator=g)
+        return rows, tags, old_logits, new_logits
+
+    class FakeTransferQueue:
+        """The two TransferQueue calls verl's v1 trainer steps make, over rows kept in memory."""
+
+        def __init__(self, rows, meta):
+            self.rows = {f"k{i}": dict(r) for i, r in enumerate(rows)}
+            self.meta = meta
+
+        def kv_batch_get(self, keys, partition_id, select_fields=None):
+            rows = [self.rows[k] for k in keys]
+            names = select_fields if select_fields is not None else list(rows[0])
+            return tu.list_of_dict_to_tensordict([{n: r[n] for n in names if n in r} for r in rows])
+
+        def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+            for name in fields.keys():
+                value = fields.get(name)
+                per_row = value.unbind() if isinstance(value, torch.Tensor) else list(value)
+                for k, v in zip(keys, per_row):
+                    self.rows[k][name] = v
+            return self.meta
+
+    def stub_engine():
+        """verl's FSDP engine class without a model, as verl's own CPU tests use it."""
+        engine = FSDPEngineWithLMHead.__new__(FSDPEngineWithLMHead)
+        engine.use_ulysses_sp, engine.pad_to_length = False, False
+        engine.engine_config = SimpleNamespace(entropy_checkpointing=False, entropy_from_logits_with_chunking=False)
+        engine.compute_entropy_from_logits = verl_F.entropy_from_logits
+        return engine
+
+    def engine_outputs(micro_batch, logits):
+        """verl's FSDPEngineWithLMHead.prepare_model_inputs/prepare_model_outputs on packed logits [total_nnz, V]."""
+        engine = stub_engine()
+        _, output_args = engine.prepare_model_inputs(micro_batch)
+        return engine.prepare_model_outputs(SimpleNamespace(logits=logits.unsqueeze(0)), output_args, micro_batch, None)
+
+    class FakeWorkerGroup:
+        """An actor worker group: the old pass and the update run verl's engine output code on given logits."""
+
+        def __init__(self, queue: FakeTransferQueue, old_logits, new_logits):
+            self.queue, self.old_logits, self.new_logits = queue, old_logits, new_logits
+            self.calls, self.loss_fn = [], None
+
+        def set_loss_fn(self, loss_fn):
+            self.loss_fn = pickle.loads(pickle.dumps(loss_fn))  # as Ray ships it to each worker process
+
+        def micro_batch(self, batch, **extra):
+            data = self.queue.kv_batch_get(batch.keys, batch.partition_id)  # tqbridge: every field
+            tu.assign_non_tensor(data, use_remove_padding=True, **batch.extra_info, **extra)
+            return data
+
+        def compute_log_prob(self, batch):
+            self.calls.append(("compute_log_prob", dict(batch.extra_info)))
+            with torch.no_grad():
+                out = engine_outputs(self.micro_batch(batch), self.old_logits)
+            self.queue.kv_batch_put(batch.keys, batch.partition_id, TensorDict(out, batch_size=len(batch.keys)))
+            return batch
+
+        def update_actor(self, batch):
+            self.calls.append(("update_actor", dict(batch.extra_info)))
+            data = self.micro_batch(batch, dp_size=1)
+            tu.assign_non_tensor(data, batch_num_tokens=int(data["loss_mask"].values().sum()))
+            self.logits = self.new_logits.clone().requires_grad_(True)
+            out = engine_outputs(data, self.logits)
+            loss, metrics = self.loss_fn(model_output=out, data=data, dp_group=None)
+            loss.backward()
+            self.seen = {"loss": loss.detach(), "grad": self.logits.grad, "data": data, "metrics": metrics}
+            return {"metrics": {"mfu": [0.0], "pg_loss": [loss.item()]}}
+
+    def run_trainer_steps(config, monkeypatch, seed=0):
+        """verl's real _compute_old_log_prob and _update_actor, through the plugin's trainer."""
+        monkeypatch.setattr(verl_F, "calculate_sum_pi_squared_from_logits", plugin.VERL_SUM_PI_SQUARED)  # restored after
+        rows, tags, old_logits, new_logits = rollout_rows(seed)
+        meta = KVBatchMeta(keys=[f"k{i}" for i in range(len(rows))], tags=tags, partition_id="train", extra_info={})
+        queue = FakeTransferQueue(rows, meta)
+        monkeypatch.setattr(transfer_queue, "kv_batch_get", queue.kv_batch_get)
+        monkeypatch.setattr(transfer_queue, "kv_batch_put", queue.kv_batch_put)
+        trainer = plugin.RecoTrainer(config)  # verl's own __init__ (replay buffer etc.) runs
+        trainer.actor_rollout_wg = FakeWorkerGroup(queue, old_logits, new_logits)
+        trainer.actor_rollout_wg.set_loss_fn(trainer.make_loss())  # what the trainer's _setup does after init_model
+        metrics = {}
+        batch = trainer._compute_old_log_prob(meta, metrics)
+        batch = trainer._update_actor(batch, metrics)
+        return trainer, metrics, rows, old_logits, new_logits
+
+    def reference_loss(cfg, rows, old_logits, new_logits, global_batch_size):
+        """reco_mini.policy_loss from full fp32 logits, laid out by hand (not by verl's code)."""
+        logits = new_logits.clone().requires_grad_(True)
+        B, T = len(rows), max(len(r["responses"]) for r in rows)
+        logp, v, old_logp, v_old, mask = (torch.zeros(B, T) for _ in range(5))
+        logp, v = list(logp), list(v)
+        start = 0
+        for b, r in enumerate(rows):
+            p, n = len(r["prompts"]), len(r["responses"])
+            pos = slice(start + p - 1, start + p + n - 1)  # the logits that predict the response tokens
+            logp[b] = torch.nn.functional.pad(reco_mini.token_logprobs(logits[pos], r["responses"], TEMPERATURE), (0, T - n))
+            v[b] = torch.nn.functional.pad(reco_mini.variance_stat(logits[pos], TEMPERATURE), (0, T - n))
+            old_logp[b, :n] = reco_mini.token_logprobs(old_logits[pos], r["responses"], TEMPERATURE)
+            v_old[b, :n] = reco_mini.variance_stat(old_logits[pos], TEMPERATURE)
+            mask[b, :n] = r["response_mask"].float()
+            start += p + n
+        logp, v = torch.stack(logp), torch.stack(v)
+        adv = torch.tensor([float(r["advantages"][0]) for r in rows])
+        P, G = len(GROUP_RESPONSES), len(GROUP_RESPONSES[0])
+        real = slice(0, P * G)  # the last row is verl's padding row: weight 1, mask 0
+        weights = torch.ones(B)
+        if cfg.occurrence != "none":
+            weights[real] = reco_mini.occurrence_weights(
+                (old_logp * mask).sum(-1)[real].view(P, G), cfg.occurrence, [r for g in GROUP_RESPONSES for r in g],
+                lengths=mask.sum(-1)[real].view(P, G), advantages=adv[real].view(P, G), apply=cfg.occurrence_apply).view(-1)
+        v_old_mean = (v_old * mask).sum() / mask.sum() if cfg.variance_norm == "batch" else torch.tensor(1.0)
+        batch = {"old_logp": old_logp, "mask": mask, "advantages": adv, "weights": weights, "v_old": v_old,
+                 "v_old_mean": v_old_mean}
+        num_seqs = global_batch_size if cfg.aggregation == "seq-mean-token-mean" else None
+        loss, _ = reco_mini.policy_loss(logp, batch, cfg, v=v, num_seqs=num_seqs)
+        (grad,) = torch.autograd.grad(loss, logits)
+        return loss.detach(), grad, weights
+
+    RECO_CASES = [(occ, ratio, "all", "batch", "token-mean") for occ in ("sequence", "token-mean", "count")
+                  for ratio in ("variance", "variance-old")]
+    RECO_CASES += [("sequence", "variance", "positive", "batch", "token-mean"),
+                   ("count", "variance", "all", "none", "seq-mean-token-mean"),
+                   ("none", "variance-old", "all", "batch", "seq-mean-token-mean")]
+
+    @pytest.mark.parametrize("occurrence,token_ratio,apply,norm,agg", RECO_CASES)
+    def test_reco_loss_equals_reco_mini_through_verl_trainer_and_engine(base_config, monkeypatch, occurrence, token_ratio,
+                                                                        apply, norm, agg):
+        cfg = config_with(base_config, reco__occurrence=occurrence, reco__token_ratio=token_ratio,
+                          reco__occurrence_apply=apply, reco__variance_norm=norm, actor_rollout_ref__actor__loss_agg_mode=agg)
+        trainer, metrics, rows, old_logits, new_logits = run_trainer_steps(cfg, monkeypatch)
+        wg, loss_cfg = trainer.actor_rollout_wg, trainer.reco
+        assert not plugin.terms_off(loss_cfg)
+        ref_loss, ref_grad, ref_w = reference_loss(loss_cfg, rows, old_logits, new_logits,
+                                                   global_batch_size=wg.seen["data"]["global_batch_size"])
+        torch.testing.assert_close(wg.seen["loss"], ref_loss, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(wg.seen["grad"], ref_grad, rtol=1e-4, atol=1e-6)
+        assert ref_grad.abs().sum() > 0
+        if occurrence != "none":
+            torch.testing.assert_close(wg.seen["data"]["reco_weights"], ref_w, rtol=1e-6, atol=1e-6)
+            assert not torch.allclose(ref_w, torch.ones_like(ref_w))
+        if token_ratio == "variance":
+            assert "reco/rho_mean" in wg.seen["metrics"] and "reco/rho_max" in wg.seen["metrics"]
+
+    @pytest.mark.parametrize("token_ratio", ["variance", "variance-old", "is"])
+    def test_trainer_flags_fields_and_count_weights(base_config, monkeypatch, token_ratio):
+        cfg = config_with(base_config, reco__occurrence="count", reco__token_ratio=token_ratio)
+        trainer, metrics, rows, *_ = run_trainer_steps(cfg, monkeypatch)
+        wg = trainer.actor_rollout_wg
+        assert type(trainer.replay_buffer) is ReplayBuffer  # the sync trainer's, not ReplayBufferAsync
+        (old_call, old_info), (update_call, update_info) = wg.calls
+        assert old_call == "compute_log_prob" and old_info["calculate_sum_pi_squared"] is (token_ratio != "is")
+        assert old_info["compute_loss"] is False and old_info["temperature"] == TEMPERATURE
+        assert update_call == "update_actor" and update_info["calculate_sum_pi_squared"] is (token_ratio == "variance")
+        data = wg.seen["data"]
+        # count weights: group 0 = [y, y, a, b] -> m = [2, 2, 1, 1] -> w = (1/m) / mean(1/m) = [2/3, 2/3, 4/3, 4/3];
+        # groups 1 and 2 have distinct responses -> 1; verl's padding row (same uid as group 1) -> 1 and no effect
+        expected = torch.tensor([2 / 3, 2 / 3, 4 / 3, 4 / 3] + [1.0] * 9)
+        torch.testing.assert_close(data["reco_weights"], expected)
+        assert metrics["reco/w_max"] == pytest.approx(4 / 3) and metrics["reco/w_min"] == pytest.approx(2 / 3)
+        if token_ratio != "is":
+            assert "reco_v_old" in data and metrics["reco/v_old_mean"] > 0
+            assert verl_F.calculate_sum_pi_squared_from_logits is plugin.sum_pi_squared_fp32  # in ReCo's worker
+        else:
+            assert "reco_v_old" not in data
+            assert verl_F.calculate_sum_pi_squared_from_logits is plugin.VERL_SUM_PI_SQUARED
+
+    def test_f_grpo_scales_advantages_and_keeps_verl_loss(base_config, monkeypatch):
+        cfg = config_with(base_config, reco__method="f-grpo", reco__focal_gamma=2.0)
+        trainer, metrics, rows, *_ = run_trainer_steps(cfg, monkeypatch)
+        assert plugin.terms_off(trainer.reco) and trainer.reco.focal_gamma == 2.0
+        data = trainer.actor_rollout_wg.seen["data"]
+        mu = torch.tensor(REWARDS).gt(0).float().mean(1)  # group success rates
+        scale = torch.cat([((1 - mu) ** 2).repeat_interleave(4), torch.ones(1)])
+        adv = torch.tensor([float(r["advantages"][0]) for r in rows])
+        got = data["advantages"].to_padded_tensor(0.0)[:, 0]
+        torch.testing.assert_close(got, adv * scale)
+        assert "reco_weights" not in data and "reco_v_old" not in data
+
+    # ---------------------------------------------------------------- precision of sum pi^2 on bf16 logits
+
+    def test_fp32_sum_pi_squared_on_bf16_logits():
+        g = torch.Generator().manual_seed(0)
+        n, vocab = 256, 4096
+        logits = torch.randn(n, vocab, generator=g) * torch.linspace(0.5, 4.0, n)[:, None]
+        top = torch.randint(0, vocab, (n,), generator=g)
+        logits[torch.arange(n), top] += torch.linspace(0.0, 17.0, n)  # from undecided to confident tokens
+        bf16 = logits.to(torch.bfloat16)
+        v64 = 1.0 - torch.softmax(bf16.double(), dim=-1).square().sum(-1)  # the exact V of the bf16 logits
+        assert v64.min() > 1e-5 and v64.max() > 0.99  # the range the claim is made for (V near 1e-5 up to near 1)
+        v_plugin = 1.0 - plugin.sum_pi_squared_fp32(bf16).double()
+        v_verl = 1.0 - plugin.VERL_SUM_PI_SQUARED(bf16).double()
+        assert plugin.sum_pi_squared_fp32(bf16).dtype == torch.float32
+        assert ((v_plugin - v64).abs() / v64).max() < 0.01
+        assert ((v_verl - v64).abs() / v64).max() > 0.01  # verl's shipped function, in the logits' dtype
+        assert ((v_verl - v64).abs() / v64 > 0.10).float().mean() > 0.05 and (v_verl == 0).any()  # V = 0: confident tokens
+        # no graph is kept: rho is a stop-gradient
+        assert not plugin.sum_pi_squared_fp32(bf16.float().requires_grad_(True)).requires_grad
+
+    # ---------------------------------------------------------------- registration and refusals
+
+    def test_registers_on_import_verl_and_patches_nothing():
+        code = ("import sys, verl\n"
+                "print('reco_scaled.integrations.verl_entry' in sys.modules, 'reco_scaled.integrations.verl' in sys.modules,\n"
+                "      'verl.trainer.ppo.v1.trainer_base' in sys.modules)\n"
+                "import verl.utils.torch_functional as F\n"
+                "from verl.trainer.ppo.v1 import get_trainer_cls\n"  # as verl's TaskRunnerV1 picks the trainer
+                "print(get_trainer_cls('reco').__module__, F.calculate_sum_pi_squared_from_logits.__module__,\n"
+                "      get_trainer_cls('sync').__module__)")
+        env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_PLUGINS", "VERL_USE_EXTERNAL_MODULES")}
+        run = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        # on `import verl`: the entry point ran, the plugin and verl's trainer are not imported
+        assert run.stdout.split() == ["True", "False", "False", "reco_scaled.integrations.verl",
+                                      "verl.utils.torch_functional", "verl.trainer.ppo.v1.trainer_sync"]
+        assert TRAINER_REGISTRY["reco"] is plugin.RecoTrainer
+
+    @pytest.mark.parametrize("setting,field", [
+        ({"trainer__use_v1": False}, "trainer.use_v1"),
+        ({"trainer__v1__trainer_mode": "colocate_async"}, "trainer.v1.trainer_mode"),
+        ({"actor_rollout_ref__actor__policy_loss__loss_mode": "gspo"}, "actor_rollout_ref.actor.policy_loss.loss_mode"),
+        ({"actor_rollout_ref__model__use_fused_kernels": True}, "actor_rollout_ref.model.use_fused_kernels"),
+        ({"actor_rollout_ref__actor__use_fused_kernels": True}, "actor_rollout_ref.actor.use_fused_kernels"),
+        ({"distillation__enabled": True}, "distillation.enabled"),
+        ({"algorithm__rollout_correction__rollout_rs": "token_k1"}, "algorithm.rollout_correction.rollout_rs"),
+        ({"algorithm__adv_estimator": "gae"}, "algorithm.adv_estimator"),
+        ({"algorithm__adv_estimator": "optimal_token_baseline"}, "algorithm.adv_estimator"),
+        ({"algorithm__rollout_correction__rollout_is": "token"}, "algorithm.rollout_correction.rollout_is"),
+        ({"algorithm__rollout_correction__bypass_mode": True}, "algorithm.rollout_correction.bypass_mode"),
+        ({"actor_rollout_ref__actor__loss_agg_mode": "token-sum"}, "actor_rollout_ref.actor.loss_agg_mode"),
+        ({"actor_rollout_ref__actor__strategy": "megatron"}, "actor_rollout_ref.actor.strategy"),
+        ({"reco__occurrence": "bogus"}, "reco.occurrence"),
+        ({"reco__variance_cap": -1.0}, "reco.variance_cap"),
+        ({"reco__method": "ppo"}, "reco.method"),
+        ({"reco__gamma": 1.0}, "reco.gamma"),
+    ])
+    def test_refusals_name_the_field(base_config, setting, field):
+        with pytest.raises(plugin.RecoConfigError) as err:
+            plugin.check_config(config_with(base_config, **setting))
+        assert str(err.value).startswith(f"{field}: ") and err.value.name == field
+
+    def test_settings_carry_loss_config_defaults_and_help(base_config):
+        cfg = plugin.check_config(base_config)  # +reco.method=reco and nothing else
+        assert (cfg.occurrence, cfg.token_ratio, cfg.focal_gamma) == ("sequence", "variance", 0.0)
+        assert (cfg.clip_low, cfg.clip_high, cfg.dual_clip, cfg.aggregation) == (0.2, 0.2, 3.0, "token-mean")
+        for f in dataclasses.fields(plugin.RecoSettings):
+            if f.name != "method":
+                loss_field = reco_mini.LossConfig.__dataclass_fields__[f.name]
+                assert (f.default, f.metadata["help"]) == (loss_field.default, loss_field.metadata["help"])
+        assert "reco.variance_cap (default 10.0)" in plugin.settings_help()
+        without = copy.deepcopy(base_config)
+        with open_dict(without):
+            del without["reco"]
+        assert plugin.check_config(without) == cfg  # no reco section: the defaults (method reco)
+
+    # ---------------------------------------------------------------- the recipes of docs/verl.md
+
+    def recipe_commands() -> list[list[str]]:
+        """Every `python3 -m verl.trainer.main_ppo` line of docs/verl.md, its bash arrays expanded, as overrides."""
+        text = (ROOT / "docs" / "verl.md").read_text()
+        blocks = re.findall(r"^([A-Z_0-9]+)=\(\n(.*?)^\)", text, re.M | re.S)
+        arrays = {name: shlex.split(body, comments=True) for name, body in blocks}
+        commands = []
+        for line in re.findall(r"^python3 -m verl\.trainer\.main_ppo (.*)$", text, re.M):
+            words = []
+            for word in shlex.split(line):
+                m = re.fullmatch(r"\$\{([A-Z_0-9]+)\[@\]\}", word)
+                words += arrays[m.group(1)] if m else [word]
+            commands.append([w.replace("$DATA", "/data") for w in words])
+        return commands
+
+    def test_recipes_compose_with_verl_config_and_pass_the_checks():
+        commands = recipe_commands()
+        assert len(commands) == 7  # 3 models x (GRPO, ReCo) on one node, and the 2-node example
+        config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+        reco_runs = 0
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            for overrides in commands:
+                cfg = compose(config_name="ppo_trainer", overrides=overrides)  # unknown keys or bad values raise
+                omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)  # verl's own checks of the actor settings
+                assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.algorithm.adv_estimator == "grpo"
+                if cfg.trainer.v1.trainer_mode == "reco":
+                    loss_cfg = plugin.check_config(cfg)
+                    assert (loss_cfg.occurrence, loss_cfg.token_ratio, loss_cfg.dual_clip) == ("count", "variance", 3.0)
+                    reco_runs += 1
+                else:
+                    assert cfg.trainer.v1.trainer_mode == "sync" and "reco" not in cfg
+        assert reco_runs == 4
