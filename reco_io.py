@@ -1,17 +1,24 @@
 """reco_io.py: the plumbing of reco_mini.py, kept out of the file that teaches the method.
 
 The command line (a flag and its help for every config field; one-line errors, exit code 2), the math task's
-files and model (loaded with one-line errors), atomic checkpoint writes, and the Pass@k table and plot, which
-reco_scaled's evaluation uses too. Nothing here imports reco_mini: it is handed what it needs.
+files and model (loaded with one-line errors), the KV-cache sampler, the precision and gradient-checkpointing
+switches of reco_mini's forwards, atomic checkpoint writes, and the Pass@k table and plot, which reco_scaled's
+evaluation uses too. Nothing here imports reco_mini: it is handed what it needs.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 import sys
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 PROG = "reco_mini.py"
 
@@ -54,7 +61,6 @@ def parse_config(cls: type, argv: list[str] | None, quick: dict, description: st
 
 def load_hf(name_or_path: str, device: str):
     """(tokenizer, model) of a Hugging Face causal LM, left-padded, fp32; a one-line error if it cannot load."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -64,6 +70,57 @@ def load_hf(name_or_path: str, device: str):
         fail(f"--model {name_or_path}: cannot load it ({str(e).strip().splitlines()[0]})")
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     return tokenizer, model
+
+
+@torch.no_grad()
+def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, temperature: float,
+           eos_id: int, pad_id: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Sample from softmax(logits/tau) token by token, reusing the KV cache. prompt_ids, prompt_mask: [B, L]
+    left-padded -> responses [B, T], mask [B, T] (1 up to and including <eos>; later positions hold pad_id)."""
+    from transformers import DynamicCache
+
+    cache, attn = DynamicCache(), prompt_mask
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L]
+    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
+                   logits_to_keep=1).logits[:, -1]  # the last position's logits only, not [B, L, V]
+    done, tokens, alive = torch.zeros(prompt_ids.shape[0], dtype=torch.bool, device=prompt_ids.device), [], []
+    for _ in range(max_new_tokens):
+        probs = F.softmax(logits.float() / temperature, dim=-1)  # [B, V]
+        nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [B]
+        alive.append(~done)
+        tokens.append(torch.where(done, pad_id, nxt))
+        done = done | (nxt == eos_id)
+        if done.all():
+            break
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+        pos = pos[:, -1:] + 1
+        logits = model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=pos,
+                       past_key_values=cache).logits[:, -1]
+    return torch.stack(tokens, 1), torch.stack(alive, 1).long()
+
+
+def autocast(device: str, dtype: str) -> torch.autocast:
+    """--dtype: bfloat16 runs the forwards under bf16 autocast (the weights stay fp32, the optimizer's master
+    copy); float32 is a disabled context, so the default path is untouched. CPU autocast works the same way."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
+
+
+@contextmanager
+def training(model, gradient_checkpointing: bool):
+    """The update passes. With gradient checkpointing, HF models recompute each decoder layer in the backward
+    pass; they do so only in training mode, where they also drop the KV cache, so sampling (outside this
+    context) runs in eval mode without it. Without the flag, nothing changes."""
+    if not gradient_checkpointing:
+        yield
+        return
+    was_training = model.training
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    try:
+        yield
+    finally:
+        model.gradient_checkpointing_disable()
+        model.train(was_training)
 
 
 def math_splits(data: str, eval_data: str = "") -> dict[str, list[dict]]:
@@ -88,11 +145,17 @@ def math_splits(data: str, eval_data: str = "") -> dict[str, list[dict]]:
 
 def save_atomic(state: dict, path: Path) -> None:
     """torch.save to a temporary file, then rename: a crash never leaves half a checkpoint."""
-    import torch
-
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(state, path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)
+
+
+def write_results(results: dict, out: Path) -> None:
+    """reco_mini's end: results.json, the Pass@k table on stdout and the Pass@k plot."""
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    print(format_table(results["methods"]))
+    plot_pass_at_k({m: {"held-out": res} for m, res in results["methods"].items()}, out / "pass_at_k.png")
+    print(f"wrote {out / 'results.json'} and {out / 'pass_at_k.png'} in {results['wall_time_s']} s")
 
 
 def format_table(columns: dict[str, dict], title: str = "") -> str:

@@ -39,11 +39,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 
-import reco_io  # plumbing: command line, files, table and plot
+import reco_io  # plumbing: command line, files, model loading, precision, table and plot
 from reco_countdown import FORMS, Problem, char_tokenizer, countdown_form, countdown_reward, load_base, make_splits
 from reco_grader import grade_answer  # math answers: safe parser + sympy, time-bounded
+from reco_io import sample  # the ancestral sampler with a KV cache for any HF causal LM
 
 METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
     "grpo": ("none", "is", 0.0),
@@ -141,14 +143,18 @@ class Config(LossConfig):
     temperature: float = opt(1.0, "tau: responses are sampled from softmax(logits / tau)")
     max_new_tokens: int = opt(0, "response length limit (default 12 for countdown, 1024 for math)")
     n_eval: int = opt(256, "samples per held-out problem")
-    eval_batch: int = opt(4096, "sequences sampled at once when evaluating")
+    eval_batch: int = opt(0, "sequences sampled at once when evaluating (default 4096 countdown, 64 math: docs/one_gpu.md)")
     eval_every: int = opt(0, "evaluate on the validation split every N RL steps (0 = only at the end)")
     ks: str = opt("", "comma-separated k for Pass@k (default 1, 2, 4, ..., n_eval)")
+    micro_batch: int = opt(0, "rows per forward (old statistics, updates); gradients add up over the mini-batch (0 = all)")
+    dtype: str = opt("float32", "float32 | bfloat16: bf16 autocast over fp32 master weights (CPU too: docs/one_gpu.md)")
+    gradient_checkpointing: bool = opt(False, "recompute each decoder layer's activations in the backward pass")
 
     def __post_init__(self):
         super().__post_init__()
         self.max_new_tokens = self.max_new_tokens or (12 if self.task == "countdown" else 1024)
         self.out = self.out or ("runs/quick" if self.quick else "runs/default")
+        self.eval_batch = self.eval_batch or (4096 if self.task == "countdown" else 64)
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -174,6 +180,8 @@ class Config(LossConfig):
             ("ks", all(k.strip().isdigit() and 1 <= int(k) <= self.n_eval for k in self.ks.split(",") if self.ks),
              "must be integers in [1, --n-eval]"),
             ("eval_every", self.eval_every >= 0, "must be >= 0"),
+            ("micro_batch", self.micro_batch >= 0, "must be >= 0 (0 = the whole mini-batch)"),
+            ("dtype", self.dtype in ("float32", "bfloat16"), "must be float32 or bfloat16"),
         ]
 
     @property
@@ -311,6 +319,24 @@ def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
+def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256) -> tuple[Tensor, Tensor, Tensor]:
+    """token_logprobs, variance_stat and token_entropy in one pass, bit for bit, without their fp32 copies of
+    [B, T, V]: one fp32 slice of about `chunk` tokens at a time. log pi's gradient recomputes its slice in the
+    backward pass (checkpoint), so only the logits stay alive. [B,T,V],[B,T] -> 3 x [B,T]; V and H: no gradient."""
+    def one_slice(z: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        z = (z.double() if z.dtype == torch.float64 else z.float()) / temperature  # the slice's one upcast
+        logp = F.log_softmax(z, dim=-1)
+        with torch.no_grad():
+            v, h = 1.0 - F.softmax(z, dim=-1).square().sum(-1), -(logp.exp() * logp).sum(-1)
+        return logp.gather(-1, y.unsqueeze(-1)).squeeze(-1), v, h
+
+    width, grad = max(1, chunk // max(1, logits.shape[0])), torch.is_grad_enabled() and logits.requires_grad
+    parts = [checkpoint(one_slice, z, y, use_reentrant=False) if grad else one_slice(z, y)
+             for z, y in zip(logits.split(width, dim=1), targets.split(width, dim=1))]
+    logp, v, h = (torch.cat(t, dim=1) for t in zip(*parts))
+    return logp, v.detach(), h.detach()
+
+
 def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """Per-token k3 estimate of KL(pi || ref) on tokens sampled from pi: exp(q) - q - 1, q = ref_logp - logp."""
     q = ref_logp - logp
@@ -399,34 +425,8 @@ def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tens
 
 
 # =============================================================================
-# Sampling: an ancestral sampler with a KV cache for any HF causal LM, rollouts.
+# Rollouts: sample (reco_io.sample, a KV-cache sampler), decode, score.
 # =============================================================================
-
-@torch.no_grad()
-def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, temperature: float,
-           eos_id: int, pad_id: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Sample from softmax(logits/tau) token by token, reusing the KV cache. prompt_ids, prompt_mask: [B, L]
-    left-padded -> responses [B, T], mask [B, T] (1 up to and including <eos>; later positions hold pad_id)."""
-    from transformers import DynamicCache
-
-    cache, attn = DynamicCache(), prompt_mask
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L]
-    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, past_key_values=cache).logits[:, -1]
-    done, tokens, alive = torch.zeros(prompt_ids.shape[0], dtype=torch.bool, device=prompt_ids.device), [], []
-    for _ in range(max_new_tokens):
-        probs = F.softmax(logits.float() / temperature, dim=-1)  # [B, V]
-        nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [B]
-        alive.append(~done)
-        tokens.append(torch.where(done, pad_id, nxt))
-        done = done | (nxt == eos_id)
-        if done.all():
-            break
-        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-        pos = pos[:, -1:] + 1
-        logits = model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=pos,
-                       past_key_values=cache).logits[:, -1]
-    return torch.stack(tokens, 1), torch.stack(alive, 1).long()
-
 
 def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor) -> Tensor:
     """Logits at the positions that predict each response token: [B, T, V]."""
@@ -453,8 +453,9 @@ def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Ge
     """n samples per problem (problem-major), decoded and scored."""
     enc = tokenizer([prompt_text(p, tokenizer) for p in problems for _ in range(n)], padding=True,
                     return_tensors="pt").to(cfg.device)
-    resp, mask = sample(model, enc.input_ids, enc.attention_mask, cfg.max_new_tokens, cfg.temperature,
-                        tokenizer.eos_token_id, tokenizer.pad_token_id, gen)
+    with reco_io.autocast(cfg.device, cfg.dtype):
+        resp, mask = sample(model, enc.input_ids, enc.attention_mask, cfg.max_new_tokens, cfg.temperature,
+                            tokenizer.eos_token_id, tokenizer.pad_token_id, gen)
     texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
     rewards = torch.tensor([reward(p, t) for p, t in zip([p for p in problems for _ in range(n)], texts)])
     return dict(prompt_ids=enc.input_ids, prompt_mask=enc.attention_mask, resp=resp, mask=mask, texts=texts,
@@ -465,16 +466,27 @@ def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Ge
 # RL: rollout -> reward -> advantage -> old stats -> weights -> updates (design 2)
 # =============================================================================
 
+def old_stats(cfg: Config, model, seqs: tuple, resp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """log pi(y_t), V(s_t) and H(s_t) of the whole rollout batch under `model`, cfg.micro_batch rows per forward."""
+    with torch.no_grad(), reco_io.autocast(cfg.device, cfg.dtype):
+        parts = [token_stats(response_logits(model, *(x[i] for x in seqs)), resp[i], cfg.temperature)
+                 for i in torch.arange(len(resp), device=resp.device).split(cfg.micro_batch or len(resp))]
+    return tuple(torch.cat(t) for t in zip(*parts))
+
+
 def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, run_dir: Path,
              eval_problems: list | None = None):
-    """Train `model` with `method`; log a row per step to run_dir/log.jsonl and, every cfg.eval_every
-    steps, the evaluation on `eval_problems` to run_dir/trajectory.jsonl."""
+    """Train `model` with `method`; log a row per step to run_dir/log.jsonl and, every cfg.eval_every steps, the
+    evaluation on `eval_problems` to run_dir/trajectory.jsonl. `base` serves the KL term and kl_base where at hand."""
     loss_cfg = loss_config(cfg, method)
     rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     P, G, tau = cfg.prompts_per_step, cfg.group_size, cfg.temperature
     ckpt, log = run_dir / "model.pt", open(run_dir / "log.jsonl", "w", buffering=1)  # line-buffered: a stop keeps every row
     trajectory = open(run_dir / "trajectory.jsonl", "w", buffering=1) if cfg.eval_every and eval_problems else None
+    precision, at_hand = reco_io.autocast(cfg.device, cfg.dtype), base is not None and base.device == model.device
+    if loss_cfg.kl_coef > 0 and not at_hand:
+        raise ValueError("--kl-coef > 0 needs the base model on the model's device")
     for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
         t0 = time.time()
         r = rollout(cfg, model, tokenizer, rng.sample(problems, P), G, gen)
@@ -483,32 +495,35 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         t1 = time.time()
         mask = r["mask"].float()
         seqs = (r["prompt_ids"], r["prompt_mask"], r["resp"], r["mask"])
-        with torch.no_grad():
-            logits = response_logits(model, *seqs)
-            old_logp, v_old = token_logprobs(logits, r["resp"], tau), variance_stat(logits, tau)
-            entropy = token_entropy(logits, tau)
-            ref_logp = token_logprobs(response_logits(base, *seqs), r["resp"], tau)
-        v_old_mean = (v_old * mask).sum() / mask.sum() if loss_cfg.variance_norm == "batch" else torch.tensor(1.0, device=cfg.device)
+        old_logp, v_old, entropy = old_stats(cfg, model, seqs, r["resp"])
+        ref_logp = old_stats(cfg, base, seqs, r["resp"])[0] if at_hand else None
+        v_old_mean = (v_old * mask).sum() / mask.sum() if loss_cfg.variance_norm == "batch" else torch.ones((), device=cfg.device)
         responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
         w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), loss_cfg.occurrence, responses,
                                mask.sum(-1).view(P, G), A.view(P, G), loss_cfg.occurrence_apply).flatten()
         batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old, ref_logp=ref_logp)
-        stats, t2 = {}, time.time()  # stats: name -> one value per update
-        for _ in range(cfg.epochs):
-            for idx in torch.randperm(P * G, generator=gen, device=cfg.device).chunk(cfg.minibatches):
-                logits = response_logits(model, *(x[idx] for x in seqs))
-                mb = {k: x[idx] for k, x in batch.items()} | {"v_old_mean": v_old_mean}
-                loss, s = policy_loss(token_logprobs(logits, r["resp"][idx], tau), mb, loss_cfg,
-                                      v=variance_stat(logits.detach(), tau))
-                opt.zero_grad()
-                loss.backward()
-                s["grad_norm"] = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf).item()
-                if not (math.isfinite(loss.item()) and math.isfinite(s["grad_norm"])):  # stop before the weights go bad
-                    kept = f"last good checkpoint kept at {ckpt}" if ckpt.exists() else "no checkpoint yet"
-                    sys.exit(f"error: non-finite loss or gradient in {method} at step {step}; {kept}")
-                opt.step()
-                for k, v in {**s, "loss": loss.item()}.items():
-                    stats.setdefault(k, []).append(float(v))
+        stats, t2 = {}, time.time()  # stats: name -> one value per update (policy_loss's: per micro-batch)
+        with reco_io.training(model, cfg.gradient_checkpointing):
+            for _ in range(cfg.epochs):
+                for idx in torch.randperm(P * G, generator=gen, device=cfg.device).chunk(cfg.minibatches):
+                    opt.zero_grad()
+                    loss = 0.0
+                    for mic in idx.split(cfg.micro_batch or len(idx)):  # gradients add up over the mini-batch
+                        with precision:
+                            logp, v, _ = token_stats(response_logits(model, *(x[mic] for x in seqs)), r["resp"][mic], tau)
+                        mb = {k: x[mic] for k, x in batch.items() if x is not None} | {"v_old_mean": v_old_mean}
+                        part, s = policy_loss(logp, mb, loss_cfg, v=v, num_tokens=mask[idx].sum(), num_seqs=len(idx))
+                        part.backward()  # normalised by the mini-batch's tokens/sequences: the parts sum to its loss
+                        loss += part.item()
+                        for k, x in s.items():
+                            stats.setdefault(k, []).append(float(x))
+                    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf).item()
+                    if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # stop before the weights go bad
+                        kept = f"last good checkpoint kept at {ckpt}" if ckpt.exists() else "no checkpoint yet"
+                        sys.exit(f"error: non-finite loss or gradient in {method} at step {step}; {kept}")
+                    opt.step()
+                    stats.setdefault("grad_norm", []).append(grad_norm)
+                    stats.setdefault("loss", []).append(loss)
         if (step + 1) % 10 == 0 or step + 1 == cfg.steps:
             reco_io.save_atomic(model.state_dict(), ckpt)
         row = {"step": step, "reward_mean": r["rewards"].mean().item(),
@@ -516,7 +531,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                "adv_abs_mean": A.abs().mean().item(), "w_min": w.min().item(), "w_mean": w.mean().item(),
                "w_max": w.max().item(), "v_old_mean": float(v_old_mean),
                "entropy": ((entropy * mask).sum() / mask.sum()).item(),
-               "kl_base": ((k3(old_logp, ref_logp) * mask).sum() / mask.sum()).item(),
+               **({"kl_base": ((k3(old_logp, ref_logp) * mask).sum() / mask.sum()).item()} if at_hand else {}),
                "response_length": mask.sum(-1).mean().item(),
                **{k: sum(v) / len(v) for k, v in stats.items()},
                **{k: max(v) for k, v in stats.items() if k.endswith("_max")},
@@ -526,6 +541,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
             result = evaluate(cfg, model, tokenizer, eval_problems, f"step {step + 1}")
             trajectory.write(json.dumps({"step": step + 1, **result}) + "\n")
     log.close()
+    model.zero_grad(set_to_none=True)  # free the gradients for what follows (evaluation)
     return model
 
 
@@ -582,17 +598,15 @@ def main(argv: list[str] | None = None) -> dict:
         base = load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"]))
     base.requires_grad_(False)
     results = {"config": asdict(cfg), "methods": {"base": evaluate(cfg, base, tokenizer, splits["test"], "base")}}
+    base.to(cfg.device if cfg.kl_coef > 0 else "cpu")  # on the device only for the KL term (kl_base: docs/one_gpu.md)
     for method in cfg.method_list:
         (out / method).mkdir(exist_ok=True)
         torch.manual_seed(cfg.seed)
-        model = copy.deepcopy(base).requires_grad_(True)
+        model = copy.deepcopy(base).to(cfg.device).requires_grad_(True)
         train_rl(cfg, method, model, base, tokenizer, splits["train"], out / method, splits.get("val"))
         results["methods"][method] = evaluate(cfg, model, tokenizer, splits["test"], method)
     results["wall_time_s"] = round(time.time() - start, 1)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    print(reco_io.format_table(results["methods"]))
-    reco_io.plot_pass_at_k({m: {"held-out": res} for m, res in results["methods"].items()}, out / "pass_at_k.png")
-    print(f"wrote {out / 'results.json'} and {out / 'pass_at_k.png'} in {results['wall_time_s']} s")
+    reco_io.write_results(results, out)  # results.json, the Pass@k table and plot
     return results
 
 

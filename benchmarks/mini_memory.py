@@ -1,0 +1,281 @@
+"""Peak memory of reco_mini --task math, before and after issue 21, and what it means for one GPU.
+
+    python benchmarks/mini_memory.py                               # CPU: a few minutes, prints the table
+    python benchmarks/mini_memory.py --acceptance --json OUT.json  # CUDA: one RL step, Qwen2.5-0.5B shape, full depth
+    python benchmarks/mini_memory.py --acceptance --smoke          # the same code path, tiny, on CPU (< 1 min)
+
+Measured (each number in a fresh child process; RSS high-water mark on CPU, torch.cuda.max_memory_allocated
+on CUDA): one RL step (reco_mini.train_rl, grpo, 1 step, 1 epoch, 1 mini-batch of all rows) and one evaluation
+(reco_mini.evaluate, one sampling call) on a random model with Qwen2.5's real vocabulary (151,936) but a small
+body (1 layer, hidden 64), at three sizes of rows x new tokens (evaluation: the two larger), in two settings:
+
+- before: commit c15662b's train_rl (tests/fixtures/train_rl_c15662b.py, verbatim): one forward over the
+  whole rollout batch and each whole mini-batch, fp32, the base model on the device; evaluation in fp32.
+- after: today's train_rl with --micro-batch 4 --dtype bfloat16 --gradient-checkpointing and no base on the
+  device (--kl-coef 0).
+Evaluation is today's code in both (fp32, then bf16); only its precision differs.
+
+Slopes: bytes per rollout row-token (rows x (prompt + new tokens)) from the two sizes that differ in rows, and,
+for `after`, bytes per micro-batch row-token from the two sizes that differ in tokens. A 1-layer, 64-wide body
+holds almost no activations, so these slopes are the vocabulary's part: logits, their fp32 copies, softmax.
+
+Extrapolated (labelled so) to Qwen2.5-0.5B and Qwen2.5-Math-1.5B at P x G = 64 rows, a 128-token prompt and
+1024 new tokens, as a sum of terms (an upper bound: the rollout's KV cache is freed before the updates):
+  states      16 B/param: fp32 weights, gradients, AdamW m and v (both settings)
+  base        4 B/param: the fp32 base copy on the device (before only)
+  bf16 copy   2 B/param: autocast's cached bf16 weights (after only)
+  vocab path  the measured slopes x 64 rows x 1152 tokens (+ x micro-batch rows x 1152 for after); before's
+              update covered all rows here, not half of them as with the default 2 mini-batches: an upper bound
+  KV cache    64 x 1152 x layers x 2 x kv_heads x head_dim x (4 B fp32 | 2 B bf16)
+  activations saved for backward, measured here per token and decoder layer at the real width (saved-tensor
+              hooks, 1 vs 2 layers): before, mini-batch (32 rows) x 1152 x layers x that; after (checkpointing),
+              micro-batch x 1152 x (layers x 4 B x hidden for the layer inputs + one layer's bf16 activations).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import reco_io  # noqa: E402
+import reco_mini  # noqa: E402
+
+GB = 1e9
+SIZES = [(4, 16), (4, 64), (16, 64)]  # (rows = P x G, new tokens)
+GROUP, MICRO, PROMPT, NEW, ROWS = 4, 4, 128, 1024, 64  # the extrapolation's run: P x G = 64, 1024 new tokens
+REAL = {"qwen2.5-0.5b": 16.0, "qwen2.5-math-1.5b": 40.0}  # shape -> target GB (after)
+AFTER = ["--micro-batch", str(MICRO), "--dtype", "bfloat16", "--gradient-checkpointing"]
+SMALL_BODY = dict(layers=1, hidden_size=64, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2)
+
+
+def write_model_and_data(folder: Path, layers: int | None = None, **overrides) -> tuple[Path, Path]:
+    """A random model of Qwen2.5-0.5B's shape (`layers` and `overrides` change it) and 40 problems."""
+    from reco_scaled.shapes import random_model_dir
+
+    model = random_model_dir(folder / "model", "qwen2.5-0.5b", layers=layers, answers=["0", "1"], **overrides)
+    data = folder / "problems.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"What is {i:02d} minus {i:02d}?", "answer": "0"}) + "\n"
+                            for i in range(40)))
+    return model, data
+
+
+def peak_reset(device: str) -> float:
+    """Forget the peak so far; return the memory in use now (bytes)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated()
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    return _status("VmRSS")
+
+
+def peak(device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated()
+    return _status("VmHWM")
+
+
+def _status(field: str) -> float:
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field + ":"))
+    return float(line.split()[1]) * 1024
+
+
+def measure(spec: dict) -> dict:
+    """One measurement, in this process: load, reset the peak, run the phase, read the peak."""
+    rows, new, setting, phase = spec["rows"], spec["new"], spec["setting"], spec["phase"]
+    group = spec.get("group", GROUP)
+    argv = ["--task", "math", "--model", spec["model"], "--data", spec["data"], "--methods", "grpo", "--steps", "1",
+            "--epochs", "1", "--minibatches", str(spec.get("minibatches", 1)), "--prompts-per-step", str(rows // group),
+            "--group-size", str(group), "--max-new-tokens", str(new), "--n-eval", str(group), "--eval-batch", str(rows),
+            "--device", spec["device"], "--out", spec["out"]] + (AFTER if setting == "after" else [])
+    cfg = reco_mini.parse_config(argv)
+    tokenizer, model = reco_io.load_hf(cfg.model, cfg.device)
+    problems = reco_io.math_splits(cfg.data)["train"]
+    prompt_len = len(tokenizer(reco_mini.prompt_text(problems[0], tokenizer)).input_ids)
+    base = copy.deepcopy(model).requires_grad_(False) if setting == "before" else None
+    Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    start = peak_reset(cfg.device)
+    t0 = time.time()
+    if phase == "step":
+        if setting == "before":
+            sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+            from train_rl_c15662b import train_rl
+        else:
+            train_rl = reco_mini.train_rl
+        train_rl(cfg, "grpo", model, base, tokenizer, problems, Path(cfg.out))
+    else:
+        reco_mini.evaluate(cfg, model, tokenizer, problems[: rows // group], "memory")
+    return {**spec, "prompt_len": prompt_len, "start": start, "peak": peak(cfg.device), "seconds": time.time() - t0}
+
+
+def child(spec: dict) -> dict:
+    """`measure` in a fresh process (glibc returns freed large blocks to the OS: RSS follows the tensors)."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "TQDM_DISABLE": "1"}
+    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"child {spec} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def layer_activation_bytes(shape: str, bf16: bool, tokens: int = 64) -> float:
+    """Bytes autograd keeps per token and decoder layer at the real width (distinct storages that are not
+    parameters), from the difference between a 2-layer and a 1-layer model (small vocabulary: it cancels)."""
+    from transformers import AutoModelForCausalLM
+
+    from reco_scaled.shapes import hf_config
+
+    saved = []
+    for layers in (1, 2):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(hf_config(shape, layers, vocab_size=512)).train()
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        storages: dict[int, int] = {}
+
+        def pack(t, params=params, storages=storages):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in params:
+                storages[ptr] = t.untyped_storage().nbytes()
+            return t
+
+        ids = torch.randint(512, (1, tokens))
+        precision = reco_io.autocast("cpu", "bfloat16" if bf16 else "float32")
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), precision:
+            model(input_ids=ids).logits.sum()
+        saved.append(sum(storages.values()))
+    return (saved[1] - saved[0]) / tokens
+
+
+def extrapolate(shape: str, setting: str, slope_rows: float, slope_micro: float) -> dict[str, float]:
+    from reco_scaled.shapes import SHAPES, parameter_count
+
+    c, n = SHAPES[shape], parameter_count(shape)[0]
+    layers, hidden, seq = c["num_hidden_layers"], c["hidden_size"], PROMPT + NEW
+    kv = layers * 2 * c["num_key_value_heads"] * (hidden // c["num_attention_heads"])
+    before = setting == "before"
+    act = layer_activation_bytes(shape, bf16=not before)
+    terms = {"states (16 B/param)": 16 * n, "base on device (4 B/param)": 4 * n if before else 0,
+             "autocast bf16 weights (2 B/param)": 0 if before else 2 * n,
+             "vocab path (measured slopes)": slope_rows * ROWS * seq + (0 if before else slope_micro * MICRO * seq),
+             "KV cache": ROWS * seq * kv * (4 if before else 2),
+             "activations": (ROWS // 2) * seq * layers * act if before else MICRO * seq * (layers * 4 * hidden + act)}
+    return {k: v / GB for k, v in terms.items()} | {"total": sum(terms.values()) / GB}
+
+
+def extrapolate_eval(shape: str, bf16: bool, slope_rows: float, rows: int = 64) -> dict[str, float]:
+    """One evaluation call of `rows` sequences (the math default --eval-batch 64) after training: weights only."""
+    from reco_scaled.shapes import SHAPES, parameter_count
+
+    c, n = SHAPES[shape], parameter_count(shape)[0]
+    kv = c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * (c["hidden_size"] // c["num_attention_heads"])
+    terms = {"weights (4 B/param)": 4 * n, "autocast bf16 weights (2 B/param)": 2 * n if bf16 else 0,
+             "vocab path (measured slope)": slope_rows * rows * (PROMPT + NEW),
+             "KV cache": rows * (PROMPT + NEW) * kv * (2 if bf16 else 4)}
+    return {k: v / GB for k, v in terms.items()} | {"total": sum(terms.values()) / GB}
+
+
+def cpu_study(args) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        model, data = write_model_and_data(Path(tmp), **SMALL_BODY)
+        rows = []
+        for setting in ("before", "after"):
+            for phase in ("step", "eval"):
+                for r, t in SIZES if phase == "step" else SIZES[1:]:
+                    spec = dict(model=str(model), data=str(data), rows=r, new=t, setting=setting, phase=phase,
+                                device="cpu", out=str(Path(tmp) / "run"))
+                    res = child(spec)
+                    res["increase"] = res["peak"] - res["start"]
+                    rows.append(res)
+                    print(f"{setting:6s} {phase:4s} rows {r:3d} new tokens {t:3d} prompt {res['prompt_len']}: peak "
+                          f"{res['peak'] / GB:6.2f} GB, above the loaded model {res['increase'] / GB:6.2f} GB "
+                          f"({res['seconds']:.0f} s)", flush=True)
+    report = {"sizes": SIZES, "measurements": rows, "slopes": {}, "extrapolated": {}}
+    for setting in ("before", "after"):
+        for phase in ("step", "eval"):
+            m = {(x["rows"], x["new"]): x for x in rows if x["setting"] == setting and x["phase"] == phase}
+            (r1, t1), (r2, t2), (r3, t3) = SIZES
+            def seq(r, t, m=m):
+                return r * (m[r, t]["prompt_len"] + t)
+            per_row = (m[r3, t3]["increase"] - m[r2, t2]["increase"]) / (seq(r3, t3) - seq(r2, t2))
+            per_micro = 0.0
+            if setting == "after" and phase == "step":  # tokens 32 -> 64 at 8 rows: 8 rollout rows + 4 micro rows
+                d_tok = (m[r2, t2]["increase"] - m[r1, t1]["increase"]) / (t2 - t1)
+                per_micro = max(0.0, (d_tok - r1 * per_row) / MICRO)
+            report["slopes"][f"{setting} {phase}"] = {"per_rollout_row_token": per_row, "per_micro_row_token": per_micro}
+            print(f"slope {setting:6s} {phase:4s}: {per_row / 1e6:6.3f} MB per rollout row-token"
+                  + (f", {per_micro / 1e6:6.3f} MB per micro-batch row-token" if per_micro else "")
+                  + f" (= {per_row / (4 * 151936):.2f} fp32 vocabulary rows)")
+    print(f"\nExtrapolated (CPU-measured slopes + the terms in the docstring), P x G = {ROWS}, prompt {PROMPT} "
+          f"+ {NEW} new tokens:")
+    for shape, target in REAL.items():
+        for setting in ("before", "after"):
+            s = report["slopes"][f"{setting} step"]
+            e = extrapolate(shape, setting, s["per_rollout_row_token"], s["per_micro_row_token"])
+            report["extrapolated"][f"{shape} {setting} step"] = e
+            verdict = f"  target <= {target:.0f} GB: {'met' if e['total'] <= target else 'NOT met'}" if setting == "after" else ""
+            print(f"  {shape:18s} {setting:6s} RL step: {e['total']:7.1f} GB  ("
+                  + ", ".join(f"{k} {v:.1f}" for k, v in e.items() if k != "total") + ")" + verdict)
+    print(f"Extrapolated evaluation, one call of --eval-batch 64 (the math default) at {PROMPT} + {NEW} tokens:")
+    for shape in REAL:
+        for setting, bf16 in (("before", False), ("after", True)):
+            e = extrapolate_eval(shape, bf16, report["slopes"][f"{setting} eval"]["per_rollout_row_token"])
+            report["extrapolated"][f"{shape} {'bf16' if bf16 else 'fp32'} eval"] = e
+            print(f"  {shape:18s} {'bf16' if bf16 else 'fp32':6s} eval: {e['total']:7.1f} GB  ("
+                  + ", ".join(f"{k} {v:.1f}" for k, v in e.items() if k != "total") + ")  24 GB: "
+                  + ("fits" if e["total"] <= 24 else "does NOT fit"))
+    return report
+
+
+def acceptance(args) -> dict:
+    """One RL step of reco_mini with the after flags on a Qwen2.5-0.5B-shaped random model (full depth), P x G =
+    8 x 8, 1024 new tokens, 2 mini-batches, on CUDA: the peak GPU memory. --smoke: the same path, tiny, on CPU."""
+    device = "cpu" if args.smoke else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--acceptance needs CUDA (or --smoke for the CPU variant)")
+    with tempfile.TemporaryDirectory() as tmp:
+        small = dict(layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1)
+        model, data = write_model_and_data(Path(tmp), **(small if args.smoke else {"layers": None}))
+        rows, new = (8, 8) if args.smoke else (ROWS, NEW)
+        spec = dict(model=str(model), data=str(data), rows=rows, new=new, setting="after", phase="step", device=device,
+                    out=str(Path(tmp) / "run"), group=8 if not args.smoke else 4, minibatches=2)
+        t0 = time.time()
+        res = measure(spec)  # in this process: on CPU (smoke) the peak includes writing the model
+    out = {"check": "reco_mini_one_gpu", "shape": "qwen2.5-0.5b" + (" (tiny smoke)" if args.smoke else ""),
+           "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "rows": rows, "new_tokens": new,
+           "flags": AFTER, "prompt_len": res["prompt_len"], "peak_gb": res["peak"] / GB,
+           "peak_kind": "torch.cuda.max_memory_allocated" if device == "cuda" else "RSS high-water mark",
+           "target_gb": REAL["qwen2.5-0.5b"], "seconds": time.time() - t0}
+    out["ok"] = bool(args.smoke or out["peak_gb"] <= out["target_gb"])
+    print(json.dumps(out, indent=1))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--acceptance", action="store_true", help="one RL step, Qwen2.5-0.5B shape, full depth, on CUDA")
+    ap.add_argument("--smoke", action="store_true", help="with --acceptance: the same code path, tiny, on CPU")
+    ap.add_argument("--json", default="", help="write the report here")
+    ap.add_argument("--child", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(json.loads(args.child))))
+        return None
+    report = acceptance(args) if args.acceptance else cpu_study(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""benchmarks/mini_memory.py --acceptance --smoke: the acceptance check's code path (one reco_mini RL step with
+--micro-batch 4 --dtype bfloat16 --gradient-checkpointing on a random Qwen2.5-vocabulary model), tiny, on CPU."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_acceptance_smoke_writes_its_report(tmp_path):
+    spec = importlib.util.spec_from_file_location("mini_memory", ROOT / "benchmarks" / "mini_memory.py")
+    mini_memory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mini_memory)
+    mini_memory.main(["--acceptance", "--smoke", "--json", str(tmp_path / "smoke.json")])
+    report = json.loads((tmp_path / "smoke.json").read_text())
+    assert report["ok"] and report["device"] == "cpu" and report["flags"] == mini_memory.AFTER
+    assert report["peak_gb"] > 0 and report["rows"] == 8 and report["prompt_len"] > 0

@@ -1,0 +1,84 @@
+"""reco_mini.token_stats: log pi(y_t), V(s_t), H(s_t) slice by slice, against today's token_logprobs,
+variance_stat and token_entropy (bit for bit in float32, the default path) and against float64 references
+written here from the definitions, values and gradients of log pi."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from reco_mini import token_entropy, token_logprobs, token_stats, variance_stat
+
+
+def _logits(B=3, T=7, V=50, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    z = (3 * torch.randn(B, T, V, generator=g, dtype=torch.float64)).to(dtype)
+    z[0, 0, 0] = 40.0  # one near-deterministic position
+    return z, torch.randint(V, (B, T), generator=g)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 7, 10_000])  # one position per slice, uneven slices, one slice
+@pytest.mark.parametrize("tau", [1.0, 0.6])
+def test_float32_equals_todays_functions_bit_for_bit(chunk, tau):
+    z, y = _logits()
+    logp, v, h = token_stats(z, y, tau, chunk)
+    assert torch.equal(logp, token_logprobs(z, y, tau))
+    assert torch.equal(v, variance_stat(z, tau))
+    assert torch.equal(h, token_entropy(z, tau))
+    leaf = z.clone().requires_grad_(True)
+    weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+    (grad,) = torch.autograd.grad((token_stats(leaf, y, tau, chunk)[0] * weights).sum(), leaf)
+    (ref,) = torch.autograd.grad((token_logprobs(leaf, y, tau) * weights).sum(), leaf)
+    assert torch.equal(grad, ref)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 10_000])
+def test_float64_against_the_definitions(chunk):
+    z, y = _logits(dtype=torch.float64)
+    tau = 0.7
+    leaf = z.clone().requires_grad_(True)
+    logp, v, h = token_stats(leaf, y, tau, chunk)
+    assert logp.dtype == v.dtype == h.dtype == torch.float64
+    p = torch.exp(z / tau - torch.logsumexp(z / tau, -1, keepdim=True))  # the definitions, in float64
+    torch.testing.assert_close(v, (p * (1 - p)).sum(-1), rtol=0, atol=1e-13)
+    torch.testing.assert_close(v, variance_stat(z, tau), rtol=0, atol=1e-13)  # today's, float64 in float64
+    torch.testing.assert_close(h, -(p * p.log()).sum(-1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(h, token_entropy(z, tau).double(), rtol=0, atol=2e-5)  # today's computes in float32
+    torch.testing.assert_close(logp, p.gather(-1, y[..., None]).squeeze(-1).log(), rtol=0, atol=1e-12)
+    torch.testing.assert_close(logp, token_logprobs(z, y, tau).double(), rtol=0, atol=2e-5)
+    assert not v.requires_grad and not h.requires_grad
+    weights = torch.randn(y.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    (grad,) = torch.autograd.grad((logp * weights).sum(), leaf)
+    onehot = F.one_hot(y, z.shape[-1]).double()
+    torch.testing.assert_close(grad, weights[..., None] * (onehot - p) / tau, rtol=0, atol=1e-13)  # d log p_y / dz
+
+
+def test_bfloat16_logits_are_upcast_once_and_match_todays_functions():
+    z, y = _logits(dtype=torch.bfloat16)
+    logp, v, h = token_stats(z, y, 1.0, 4)
+    assert logp.dtype == v.dtype == h.dtype == torch.float32
+    assert torch.equal(logp, token_logprobs(z, y)) and torch.equal(v, variance_stat(z)) and torch.equal(h, token_entropy(z))
+    leaf = z.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(token_stats(leaf, y, 1.0, 4)[0].sum(), leaf)
+    (ref,) = torch.autograd.grad(token_logprobs(leaf, y).sum(), leaf)
+    assert grad.dtype == torch.bfloat16 and torch.equal(grad, ref)
+
+
+def test_the_backward_pass_recomputes_each_slice_instead_of_keeping_it():
+    """What autograd keeps for backward: today's token_logprobs keeps an fp32 [B, T, V] log-softmax;
+    token_stats keeps only views of the logits (the checkpointed slices' inputs)."""
+    z, y = _logits(B=2, T=16, V=64, dtype=torch.bfloat16)
+    leaf = z.clone().requires_grad_(True)
+    kept = []
+
+    def pack(t):
+        kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        token_logprobs(leaf, y)
+    assert any(t.dtype == torch.float32 and t.shape == z.shape for t in kept)
+    kept.clear()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        token_stats(leaf, y, 1.0, 8)
+    assert not any(t.dtype == torch.float32 and t.numel() >= 8 * 64 for t in kept)
