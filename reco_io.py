@@ -69,7 +69,7 @@ def load_hf(name_or_path: str, device: str):
 def math_splits(data: str, eval_data: str = "") -> dict[str, list[dict]]:
     """Training and held-out math problems: `eval_data` if given, else a fixed fifth of `data` (the same
     problems whatever the run's seed). Bad rows are one-line errors naming the file, line and field."""
-    from reco_scaled.data import DataError, load_problems
+    from reco_data import DataError, load_problems
 
     try:
         train = load_problems(data)

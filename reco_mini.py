@@ -440,7 +440,7 @@ def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor
 def prompt_text(problem, tokenizer) -> str:
     if isinstance(problem, Problem):
         return problem.prompt
-    from reco_scaled.data import build_prompt  # the math prompt: the model's chat template, else plain text
+    from reco_data import build_prompt  # the math prompt: the model's chat template, else plain text
     return build_prompt(tokenizer, problem["problem"], "chat" if getattr(tokenizer, "chat_template", None) else "plain")
 
 
