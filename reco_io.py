@@ -52,6 +52,25 @@ def parse_config(cls: type, argv: list[str] | None, quick: dict, description: st
         fail(str(e))
 
 
+def describe_settings(cfg) -> str:
+    """The start-up lines: what runs where, then each setting that differs from its default, one per line.
+
+    `cfg` is a dataclass whose default instance is `type(cfg)()`; the full config goes to results.json.
+    """
+    default = type(cfg)()
+    changed = [(f.name, getattr(cfg, f.name), getattr(default, f.name)) for f in fields(cfg)
+               if getattr(cfg, f.name) != getattr(default, f.name)]
+    shown = [("--" + name.replace("_", "-") + ("" if value is True else f" {value}"),
+              "off" if default_value is False else repr(default_value) if default_value == "" else str(default_value))
+             for name, value, default_value in changed]
+    width = max((len(flag) for flag, _ in shown), default=0)
+    methods = getattr(cfg, "methods", "").replace(",", ", ")
+    lines = [f"{PROG}: {methods} on {getattr(cfg, 'device', '?')}, writing {getattr(cfg, 'out', '?')}/ "
+             f"(the full config goes to its results.json)"]
+    lines += [f"  {flag:<{width}}  (default {d})" for flag, d in shown] or ["  every setting at its default"]
+    return "\n".join(lines)
+
+
 def load_hf(name_or_path: str, device: str):
     """(tokenizer, model) of a Hugging Face causal LM, left-padded, fp32; a one-line error if it cannot load."""
     import torch

@@ -570,7 +570,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(argv)
-    print(json.dumps(asdict(cfg)))
+    print(reco_io.describe_settings(cfg))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     out, start = Path(cfg.out), time.time()

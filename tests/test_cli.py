@@ -55,6 +55,20 @@ def test_a_config_built_in_code_is_validated():
     assert Config(quick=True).out == "runs/quick" and Config().out == "runs/default"
 
 
+def test_start_up_lines_show_only_the_settings_that_differ():
+    from reco_io import describe_settings
+    from reco_mini import parse_config
+
+    text = describe_settings(parse_config(["--quick", "--lr", "1e-3", "--occurrence-apply", "positive"]))
+    lines = text.splitlines()
+    assert lines[0].startswith("reco_mini.py: grpo, reco on ") and "runs/quick/" in lines[0]
+    assert any(line.split() == ["--lr", "0.001", "(default", "0.0002)"] for line in lines)
+    assert any(line.split() == ["--quick", "(default", "off)"] for line in lines)
+    assert any(line.split() == ["--steps", "4", "(default", "60)"] for line in lines)  # --quick's budget is shown too
+    assert not any(flag in text for flag in ("--seed", "--group-size", "--clip-low", "{"))
+    assert describe_settings(parse_config([])).splitlines()[1:] == ["  every setting at its default"]
+
+
 def test_every_flag_has_help_text():
     from dataclasses import fields
 
@@ -125,6 +139,8 @@ def test_quick_pipeline_end_to_end(tmp_path):
                     "grad_norm", "v_old_mean", "time_rollout"):
             assert key in rows[0]
     assert "pass@k" in proc.stdout
+    first = proc.stdout.splitlines()[0]  # the start-up lines, not the whole config
+    assert first.startswith("reco_mini.py: grpo, reco on ") and "writing runs/quick/" in first and "  --quick" in proc.stdout
 
 
 @pytest.mark.slow
