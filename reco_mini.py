@@ -42,6 +42,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 import reco_io  # plumbing: command line, files, table and plot
+import reco_log  # log.jsonl, and TensorBoard / W&B on request
 from reco_countdown import FORMS, Problem, char_tokenizer, countdown_form, countdown_reward, load_base, make_splits
 from reco_grader import grade_answer  # math answers: safe parser + sympy, time-bounded
 
@@ -144,6 +145,7 @@ class Config(LossConfig):
     eval_batch: int = opt(4096, "sequences sampled at once when evaluating")
     eval_every: int = opt(0, "evaluate on the validation split every N RL steps (0 = only at the end)")
     ks: str = opt("", "comma-separated k for Pass@k (default 1, 2, 4, ..., n_eval)")
+    log: str = opt("", "also log every RL step to: tensorboard, wandb (comma-separated; log.jsonl is always written)")
 
     def __post_init__(self):
         super().__post_init__()
@@ -174,6 +176,7 @@ class Config(LossConfig):
             ("ks", all(k.strip().isdigit() and 1 <= int(k) <= self.n_eval for k in self.ks.split(",") if self.ks),
              "must be integers in [1, --n-eval]"),
             ("eval_every", self.eval_every >= 0, "must be >= 0"),
+            ("log", not reco_log.check_sinks(self.log), reco_log.check_sinks(self.log)),
         ]
 
     @property
@@ -474,7 +477,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
     rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     P, G, tau = cfg.prompts_per_step, cfg.group_size, cfg.temperature
-    ckpt, log = run_dir / "model.pt", open(run_dir / "log.jsonl", "w", buffering=1)  # line-buffered: a stop keeps every row
+    ckpt, log = run_dir / "model.pt", reco_log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
     trajectory = open(run_dir / "trajectory.jsonl", "w", buffering=1) if cfg.eval_every and eval_problems else None
     for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
         t0 = time.time()
@@ -522,7 +525,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                **{k: sum(v) / len(v) for k, v in stats.items()},
                **{k: max(v) for k, v in stats.items() if k.endswith("_max")},
                "time_rollout": t1 - t0, "time_old_stats": t2 - t1, "time_update": time.time() - t2}
-        log.write(json.dumps(row) + "\n")
+        log.log(row)
         if trajectory and (step + 1) % cfg.eval_every == 0:
             result = evaluate(cfg, model, tokenizer, eval_problems, f"step {step + 1}")
             trajectory.write(json.dumps({"step": step + 1, **result}) + "\n")

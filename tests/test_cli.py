@@ -159,11 +159,12 @@ def test_math_path_on_tiny_random_qwen2(tmp_path):
                             for a, b in [(1, 2), (3, 4), (10, 5), (7, 7), (2, 9)]))
     proc = run(["--task", "math", "--model", str(model_dir), "--data", str(data), "--methods", "grpo",
                 "--steps", "2", "--prompts-per-step", "2", "--n-eval", "4", "--max-new-tokens", "8",
-                "--out", "runs/m"], tmp_path)
+                "--out", "runs/m", "--log", "tensorboard"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "runs/m/results.json").read_text())
     assert set(results["methods"]) == {"base", "grpo"}
     assert results["methods"]["base"]["pass_at_k"].keys() == {"1", "2", "4"}
+    assert list((tmp_path / "runs/m/grpo/tensorboard").glob("events.out.tfevents.*"))  # --log tensorboard
 
 
 def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
