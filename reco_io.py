@@ -10,8 +10,10 @@ import argparse
 import math
 import random
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
+from typing import NoReturn
 
 PROG = "reco_mini.py"
 
@@ -20,6 +22,23 @@ def fail(message: str) -> None:
     """A one-line error on stderr and exit code 2: bad input never ends in a traceback."""
     print(f"{PROG}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def run_entry_point(prog: str, main: Callable[[], object], bad_input: tuple[type[BaseException], ...]) -> NoReturn:
+    """Run a program's main(): bad input (an error of `bad_input`, or a SystemExit that carries a message) becomes
+    one line, `prog: error: ...`, on stderr and exit code 2; anything else keeps its traceback."""
+    try:
+        code = main()
+    except bad_input as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"{prog}: error: {(str(message).strip().splitlines() or [type(e).__name__])[0]}", file=sys.stderr)
+        sys.exit(2)
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        print(f"{prog}: {e.code.strip().splitlines()[0]}" if e.code.strip() else f"{prog}: error", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 class _OneLineParser(argparse.ArgumentParser):

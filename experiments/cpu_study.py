@@ -509,5 +509,7 @@ def main(argv: list[str] | None = None) -> dict:
     return {**summary, "ran": len(todo), "skipped": skipped}
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # bad input (a malformed or missing file, a bad reco_mini flag): one line, exit code 2
+    import reco_io
+
+    reco_io.run_entry_point("cpu_study.py", main, (rm.ConfigError, json.JSONDecodeError, FileNotFoundError))

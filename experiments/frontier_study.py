@@ -800,5 +800,7 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # bad input (a malformed or missing file, a bad reco_mini flag): one line, exit code 2
+    import reco_io
+
+    reco_io.run_entry_point("frontier_study.py", main, (rm.ConfigError, json.JSONDecodeError, FileNotFoundError))
