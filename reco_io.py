@@ -12,9 +12,11 @@ import json
 import math
 import random
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +29,23 @@ def fail(message: str) -> None:
     """A one-line error on stderr and exit code 2: bad input never ends in a traceback."""
     print(f"{PROG}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def run_entry_point(prog: str, main: Callable[[], object], bad_input: tuple[type[BaseException], ...]) -> NoReturn:
+    """Run a program's main(): bad input (an error of `bad_input`, or a SystemExit that carries a message) becomes
+    one line, `prog: error: ...`, on stderr and exit code 2; anything else keeps its traceback."""
+    try:
+        code = main()
+    except bad_input as e:
+        message = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"{prog}: error: {(str(message).strip().splitlines() or [type(e).__name__])[0]}", file=sys.stderr)
+        sys.exit(2)
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        print(f"{prog}: {e.code.strip().splitlines()[0]}" if e.code.strip() else f"{prog}: error", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -57,6 +76,25 @@ def parse_config(cls: type, argv: list[str] | None, quick: dict, description: st
         return cls(**args)
     except ValueError as e:
         fail(str(e))
+
+
+def describe_settings(cfg) -> str:
+    """The start-up lines: what runs where, then each setting that differs from its default, one per line.
+
+    `cfg` is a dataclass whose default instance is `type(cfg)()`; the full config goes to results.json.
+    """
+    default = type(cfg)()
+    changed = [(f.name, getattr(cfg, f.name), getattr(default, f.name)) for f in fields(cfg)
+               if getattr(cfg, f.name) != getattr(default, f.name)]
+    shown = [("--" + name.replace("_", "-") + ("" if value is True else f" {value}"),
+              "off" if default_value is False else repr(default_value) if default_value == "" else str(default_value))
+             for name, value, default_value in changed]
+    width = max((len(flag) for flag, _ in shown), default=0)
+    methods = getattr(cfg, "methods", "").replace(",", ", ")
+    lines = [f"{PROG}: {methods} on {getattr(cfg, 'device', '?')}, writing {getattr(cfg, 'out', '?')}/ "
+             f"(the full config goes to its results.json)"]
+    lines += [f"  {flag:<{width}}  (default {d})" for flag, d in shown] or ["  every setting at its default"]
+    return "\n".join(lines)
 
 
 def load_hf(name_or_path: str, device: str):
@@ -126,7 +164,7 @@ def training(model, gradient_checkpointing: bool):
 def math_splits(data: str, eval_data: str = "") -> dict[str, list[dict]]:
     """Training and held-out math problems: `eval_data` if given, else a fixed fifth of `data` (the same
     problems whatever the run's seed). Bad rows are one-line errors naming the file, line and field."""
-    from reco_scaled.data import DataError, load_problems
+    from reco_data import DataError, load_problems
 
     try:
         train = load_problems(data)

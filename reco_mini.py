@@ -43,6 +43,7 @@ from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 
 import reco_io  # plumbing: command line, files, model loading, precision, table and plot
+import reco_log  # log.jsonl, and TensorBoard / W&B on request
 from reco_countdown import FORMS, Problem, char_tokenizer, countdown_form, countdown_reward, load_base, make_splits
 from reco_grader import grade_answer  # math answers: safe parser + sympy, time-bounded
 from reco_io import sample  # the ancestral sampler with a KV cache for any HF causal LM
@@ -149,6 +150,7 @@ class Config(LossConfig):
     micro_batch: int = opt(0, "rows per forward (old statistics, updates); gradients add up over the mini-batch (0 = all)")
     dtype: str = opt("float32", "float32 | bfloat16: bf16 autocast over fp32 master weights (CPU too: docs/one_gpu.md)")
     gradient_checkpointing: bool = opt(False, "recompute each decoder layer's activations in the backward pass")
+    log: str = opt("", "also log every RL step to: tensorboard, wandb (comma-separated; log.jsonl is always written)")
 
     def __post_init__(self):
         super().__post_init__()
@@ -182,6 +184,7 @@ class Config(LossConfig):
             ("eval_every", self.eval_every >= 0, "must be >= 0"),
             ("micro_batch", self.micro_batch >= 0, "must be >= 0 (0 = the whole mini-batch)"),
             ("dtype", self.dtype in ("float32", "bfloat16"), "must be float32 or bfloat16"),
+            ("log", not reco_log.check_sinks(self.log), reco_log.check_sinks(self.log)),
         ]
 
     @property
@@ -439,7 +442,7 @@ def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor
 def prompt_text(problem, tokenizer) -> str:
     if isinstance(problem, Problem):
         return problem.prompt
-    from reco_scaled.data import build_prompt  # the math prompt: the model's chat template, else plain text
+    from reco_data import build_prompt  # the math prompt: the model's chat template, else plain text
     return build_prompt(tokenizer, problem["problem"], "chat" if getattr(tokenizer, "chat_template", None) else "plain")
 
 
@@ -482,7 +485,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
     rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     P, G, tau = cfg.prompts_per_step, cfg.group_size, cfg.temperature
-    ckpt, log = run_dir / "model.pt", open(run_dir / "log.jsonl", "w", buffering=1)  # line-buffered: a stop keeps every row
+    ckpt, log = run_dir / "model.pt", reco_log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
     trajectory = open(run_dir / "trajectory.jsonl", "w", buffering=1) if cfg.eval_every and eval_problems else None
     precision, at_hand = reco_io.autocast(cfg.device, cfg.dtype), base is not None and base.device == model.device
     if loss_cfg.kl_coef > 0 and not at_hand:
@@ -536,7 +539,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                **{k: sum(v) / len(v) for k, v in stats.items()},
                **{k: max(v) for k, v in stats.items() if k.endswith("_max")},
                "time_rollout": t1 - t0, "time_old_stats": t2 - t1, "time_update": time.time() - t2}
-        log.write(json.dumps(row) + "\n")
+        log.log(row)
         if trajectory and (step + 1) % cfg.eval_every == 0:
             result = evaluate(cfg, model, tokenizer, eval_problems, f"step {step + 1}")
             trajectory.write(json.dumps({"step": step + 1, **result}) + "\n")
@@ -585,7 +588,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(argv)
-    print(json.dumps(asdict(cfg)))
+    print(reco_io.describe_settings(cfg))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     out, start = Path(cfg.out), time.time()

@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import reco_io  # noqa: E402
 from reco_grader import grade_answer  # noqa: E402
-from reco_scaled.data import SYSTEM_PROMPT, build_prompt, load_problems  # noqa: E402
+from reco_scaled.data import SYSTEM_PROMPT, DataError, build_prompt, load_problems  # noqa: E402
 from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer  # noqa: E402
 
 RECO_FIELDS = ("method", "occurrence", "occurrence_apply", "token_ratio", "focal_gamma", "variance_cap", "variance_norm")
@@ -96,7 +97,10 @@ def main(argv: list[str] | None = None) -> dict:
     if args.tiny:
         model, tokenizer = tiny_model_and_tokenizer()
     else:
-        model, tokenizer = args.model, AutoTokenizer.from_pretrained(args.model, padding_side="left")
+        try:
+            model, tokenizer = args.model, AutoTokenizer.from_pretrained(args.model, padding_side="left")
+        except OSError as e:
+            raise DataError(f"--model {args.model}: cannot load it ({(str(e).strip().splitlines() or ['?'])[0]})") from e
     template = args.template or ("plain" if args.tiny else "qwen-boxed")
     problems = load_problems(args.data)
     if template == "chat":  # conversational: TRL applies the chat template (and adds no second BOS)
@@ -129,5 +133,5 @@ def main(argv: list[str] | None = None) -> dict:
     return last
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # a malformed data file or a model that cannot be loaded: one line, exit code 2
+    reco_io.run_entry_point("trl_reco.py", main, (DataError,))

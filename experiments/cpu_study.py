@@ -7,13 +7,13 @@ differences between variants measure the RL method and nothing else. Every varia
 defaults plus --extra-args; nothing is tuned per method.
 
 Outputs: <out>/<variant>/seed<k>/result.json and log.jsonl (finished runs are skipped on a rerun), the summary JSON
-(--results) with a PNG beside it, and, with --write-readme, the README text between the cpu-study markers.
+(--results) with a PNG beside it, and, with --write-readme, the docs/results.md text between the cpu-study markers.
 
 Run from the repository root (reco_mini caches its base under runs/cache relative to the working directory):
   python experiments/cpu_study.py                          # the full study: 9 variants x 5 seeds
   python experiments/cpu_study.py --jobs 2                 # two single-threaded runs at a time (2 cores)
   python experiments/cpu_study.py --quick                  # smoke test: base, grpo, reco; 2 seeds; tiny budget
-  python experiments/cpu_study.py --write-readme README.md # (re)aggregate and fill the README's Results section
+  python experiments/cpu_study.py --write-readme docs/results.md  # (re)aggregate and fill docs/results.md's block
 """
 from __future__ import annotations
 
@@ -406,8 +406,9 @@ def swap_words(summary: dict) -> str:
             f"and {r['grad_clip_active_frac']:.0%} of their logged steps.")
 
 
-def render_readme(summary: dict, image: str = "results/cpu_study.png") -> str:
-    """The README "Results" block: setup line, table of mean ± 95% CI, paired differences and one sentence per claim."""
+def render_readme(summary: dict, image: str = "../results/cpu_study.png") -> str:
+    """The docs/results.md block (the image path is relative to that page): setup line, table of mean ± 95% CI,
+    paired differences and one sentence per claim."""
     cfg, study, ks = summary["study"]["config"], summary["study"], [str(k) for k in summary["ks"]]
     cols = [("pass_at_k", k, f"Pass@{k}", 3) for k in ks] + [
         (None, "mean_accuracy", "mean acc.", 3), (None, "distinct_correct", "distinct correct / problem", 2),
@@ -416,7 +417,7 @@ def render_readme(summary: dict, image: str = "results/cpu_study.png") -> str:
     head = "| " + " | ".join(c[2] for c in cols) + " |"
     rule = "|---" * (len(cols) + 1) + "|"
     lines = [
-        "_Generated from the study's JSON by `python experiments/cpu_study.py --write-readme README.md`; "
+        "_Generated from the study's JSON by `python experiments/cpu_study.py --write-readme docs/results.md`; "
         "rerun it rather than editing._",
         "",
         f"Countdown (reco_mini defaults{' + ' + ' '.join(study['shared_flags']) if study['shared_flags'] else ''}): "
@@ -462,7 +463,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                 "--quick: <out>/cpu_study.json)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time, each in its own process")
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (more than cores/jobs is slow)")
-    p.add_argument("--write-readme", type=Path, help="fill this file's cpu-study markers with the Results block")
+    p.add_argument("--write-readme", type=Path, help="fill this page's cpu-study markers (docs/results.md)")
     args = p.parse_args(argv)
     args.variants = (args.variants.split(",") if args.variants else QUICK_VARIANTS if args.quick else list(VARIANTS))
     args.seeds = args.seeds if args.seeds is not None else 2 if args.quick else 5
@@ -509,5 +510,7 @@ def main(argv: list[str] | None = None) -> dict:
     return {**summary, "ran": len(todo), "skipped": skipped}
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # bad input (a malformed or missing file, a bad reco_mini flag): one line, exit code 2
+    import reco_io
+
+    reco_io.run_entry_point("cpu_study.py", main, (rm.ConfigError, json.JSONDecodeError, FileNotFoundError))

@@ -15,13 +15,13 @@ exploratory phase, all from one SFT base (reco_mini's cached base for seed 0) an
 
 Every (phase, method, setting, seed) writes <out>/.../result.json; a rerun reuses finished runs and redoes the rest,
 so the study can be stopped and resumed, or split over sessions (--phases). The summary goes to --results (JSON and a
-PNG beside it) and, with --write-readme, to the README between the frontier-study markers; a summary of an unfinished
+PNG beside it) and, with --write-readme, to docs/results.md between the frontier-study markers; a summary of an unfinished
 study says "partial": true.
 
   python experiments/frontier_study.py --jobs 2                  # the whole study (4 h 22 min here on 2 cores)
   python experiments/frontier_study.py --jobs 2 --phases select  # one phase
   python experiments/frontier_study.py --quick                   # smoke test: tiny model and budget, minutes
-  python experiments/frontier_study.py --aggregate-only --write-readme README.md
+  python experiments/frontier_study.py --aggregate-only --write-readme docs/results.md
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import argparse
 import copy
 import json
 import math
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -624,7 +625,7 @@ def claims(summary: dict) -> list[str]:
 def render_readme(summary: dict, results_path: str, png: str) -> str:
     d, out = summary["design"], []
     out.append(f"_Generated from `{results_path}` by `python experiments/frontier_study.py --aggregate-only "
-               "--write-readme README.md`; rerun it rather than editing._")
+               "--write-readme docs/results.md`; rerun it rather than editing._")
     if summary["partial"]:
         done = ", ".join(p for p, ok in summary["complete"].items() if ok) or "none"
         out.append(f"\n**PARTIAL: the study has not finished.** Phases complete: {done}. Numbers below cover only the runs "
@@ -767,7 +768,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="", help="run directory (default runs/frontier, runs/frontier_quick)")
     parser.add_argument("--results", default="", help="summary JSON (default results/frontier_study.json; "
                                                        "with --quick, <out>/frontier_study.json)")
-    parser.add_argument("--write-readme", default="", help="README to fill between the frontier-study markers")
+    parser.add_argument("--write-readme", default="", help="page to fill between the frontier-study markers "
+                                                            "(docs/results.md)")
     parser.add_argument("--aggregate-only", action="store_true", help="summarise the finished runs, run nothing")
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny model, budget and grid")
     args = parser.parse_args(argv)
@@ -795,10 +797,13 @@ def main(argv: list[str] | None = None) -> dict:
     if summary["methods"]:
         plot(summary, png)
     if args.write_readme:
-        write_readme(Path(args.write_readme), render_readme(summary, str(results), str(png)))
+        image = Path(os.path.relpath(png, Path(args.write_readme).resolve().parent)).as_posix()  # relative to the page
+        write_readme(Path(args.write_readme), render_readme(summary, str(results), image))
     print(f"wrote {results}" + (f" and {png}" if summary["methods"] else "") + (" (partial)" if summary["partial"] else ""))
     return summary
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # bad input (a malformed or missing file, a bad reco_mini flag): one line, exit code 2
+    import reco_io
+
+    reco_io.run_entry_point("frontier_study.py", main, (rm.ConfigError, json.JSONDecodeError, FileNotFoundError))

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+import reco_log
 from reco_mini import METHODS, LossConfig, loss_config
 
 
@@ -84,6 +85,7 @@ class TrainConfig:
     fused_kernel: bool = False  # reco_scaled.kernels.token_stats_linear instead of full logits
     # minutes a collective waits for the other ranks before the job fails (rank 0 alone loads and exports the model)
     dist_timeout_minutes: float = 60.0
+    loggers: str = ""  # also log every step to: tensorboard, wandb (comma-separated; log.jsonl is always written)
 
 
 @dataclass
@@ -184,6 +186,8 @@ def validate(cfg: RunConfig) -> None:
     for name, ok, message in LossConfig.checks(cfg.algo):
         if not ok:
             raise ConfigError(f"config key 'algo.{name}' {message}, got {getattr(cfg.algo, name)!r}")
+    if problem := reco_log.check_sinks(cfg.train.loggers):
+        raise ConfigError(f"config key 'train.loggers' {problem}")
     if cfg.rollout.group_size < 2:
         raise ConfigError("config key 'rollout.group_size' must be >= 2 (group-relative advantages)")
     if not cfg.name:

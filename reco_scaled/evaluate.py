@@ -331,14 +331,19 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             out = Path(cfg.out or f"runs/eval/{name}")
             benchmarks = load_benchmarks(cfg)
             _check_resume(out, cfg)
-            run_eval(make_sampler(cfg), benchmarks, out / "counts.jsonl", n=cfg.n, seed=cfg.seed,
+            try:
+                sampler = make_sampler(cfg)
+            except OSError as e:  # a model that cannot be loaded is bad input, like a bad data file
+                raise DataError(f"--model {cfg.model}: cannot load it ({(str(e).strip().splitlines() or ['?'])[0]})") from e
+            run_eval(sampler, benchmarks, out / "counts.jsonl", n=cfg.n, seed=cfg.seed,
                      prompts_per_call=cfg.prompts_per_call, workers=cfg.workers)
             runs = {name: out / "counts.jsonl"} | runs
         else:
             out = Path(cfg.out) if cfg.out else next(iter(runs.values())).parent
         summaries = {run: summarize(read_counts(path), ks) for run, path in runs.items()}
     except DataError as e:
-        sys.exit(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     for run, summary in summaries.items():
         print("\n" + format_table(summary, f"== {run} ({runs[run]})"))
     out.mkdir(parents=True, exist_ok=True)

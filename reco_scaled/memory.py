@@ -1,4 +1,4 @@
-"""Per-GPU memory of a run, term by term: the arithmetic behind the README's table and the paper configs.
+"""Per-GPU memory of a run, term by term: the arithmetic behind docs/reproducing.md's table and the paper configs.
 
 Each term is labelled: "size" (bytes of tensors whose size follows from the shapes; the sharded
 gradient size was measured on CPU by tests/test_scaled_real_shape.py), or "estimate" (a rough size of
@@ -7,15 +7,17 @@ The training terms assume what the trainer does on GPU: FSDP2 over `world` GPUs 
 fp32 master weights, gradients reduce-scattered after every micro-batch, gradient checkpointing, the
 fused LM head, no reference model (kl_coef 0) and vLLM asleep at level 2 while training.
 
-    python -m reco_scaled.memory                  # the README table for the paper configs (8 x 80 GB)
+    python -m reco_scaled.memory                  # the docs/reproducing.md table for the paper configs (8 x 80 GB)
     python -m reco_scaled.memory --gpu-gb 141     # on H200s (vLLM's share is a fraction of the GPU)
 """
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from reco_scaled.config import RunConfig, load_config
+import reco_io
+from reco_scaled.config import ConfigError, RunConfig, load_config
 from reco_scaled.kernels import LINEAR_CHUNKS
 from reco_scaled.shapes import SHAPES, parameter_count
 
@@ -83,9 +85,9 @@ def peaks(cfg: RunConfig, world: int = 8, gpu_gb: float = 80.0) -> tuple[float, 
     return sum(t.gb for t in training_terms(cfg, world)), sum(t.gb for t in rollout_terms(cfg, world, gpu_gb))
 
 
-def markdown_table(world: int = 8, gpu_gb: float = 80.0) -> str:
-    """The README table: one column per paper config (the -reco one; -grpo has the same sizes)."""
-    root = Path(__file__).resolve().parent / "configs"
+def markdown_table(world: int = 8, gpu_gb: float = 80.0, configs: Path | None = None) -> str:
+    """The docs/reproducing.md table: one column per paper config (the -reco one; -grpo has the same sizes)."""
+    root = configs or Path(__file__).resolve().parent / "configs"
     cfgs = [load_config(root / f"{name}-reco.yaml") for name in PAPER_CONFIGS]
     columns, kinds = [], {}
     for cfg in cfgs:
@@ -113,19 +115,18 @@ def _cell(t: Term) -> str:
 
 
 def main(argv: list[str] | None = None) -> str:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="python -m reco_scaled.memory", description=__doc__.split("\n")[0])
     parser.add_argument("--gpu-gb", type=float, default=80.0,
                         help="memory of one GPU in GB (80 for A100/H100 80GB, 141 for H200); sizes vLLM's share")
     parser.add_argument("--world", type=int, default=8, help="GPUs the training state is sharded over (FSDP2)")
+    parser.add_argument("--configs", type=Path, help="folder with <paper config>-reco.yaml (default: reco_scaled/configs)")
     args = parser.parse_args(argv)
     if args.gpu_gb <= 0 or args.world < 1:
         parser.error("--gpu-gb must be > 0 and --world >= 1")
-    table = markdown_table(args.world, args.gpu_gb)
+    table = markdown_table(args.world, args.gpu_gb, args.configs)
     print(table)
     return table
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # a bad config or an unknown model: one line, exit code 2
+    reco_io.run_entry_point("python -m reco_scaled.memory", main, (ConfigError, KeyError))

@@ -1,8 +1,8 @@
 """Entry point: python -m reco_scaled.train --config <yaml> [section.key=value ...]
 
 Under `torchrun --nproc_per_node=N` it runs on N ranks (DDP or FSDP2, see train.parallel).
-Exit codes: 0 done; 2 bad input (config key, batch arithmetic, checkpoint that does not match);
-1 anything else, including a rollout engine that fails to start.
+Exit codes: 0 done; 2 bad input, as one line (config key, batch arithmetic, checkpoint that does not match,
+malformed data file, model that cannot be loaded); 1 anything else, including a rollout engine that fails to start.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from reco_data import DataError
 from reco_scaled.config import ConfigError, load_config
 
 
@@ -38,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"config error: {e}", 2, d.main)
     except CheckpointError as e:
         return _fail(f"checkpoint error: {e}", 2, d.main)
+    except DataError as e:
+        return _fail(f"data error: {e}", 2, d.main)
+    except OSError as e:
+        if trainer is not None:  # set-up done: a file error while training is not bad input
+            raise
+        return _fail(f"error: cannot load model.path={cfg.model.path!r} ({_first_line(e)})", 2, d.main)
     except EngineStartError as e:
         return _fail(f"error: {e}", 1, d.main)
     finally:
@@ -47,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     if d.main:
         print(f"done: {cfg.train.steps} steps; log {cfg.out_dir / 'log.jsonl'}, checkpoints {cfg.out_dir / 'checkpoints'}")
     return 0
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def _fail(message: str, code: int, show: bool) -> int:

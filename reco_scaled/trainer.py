@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+import reco_log
 from reco_mini import focal_scale, group_advantages, k3, occurrence_weights
 from reco_scaled import checkpoint, distributed
 from reco_scaled.config import RunConfig, batch_plan, describe, flatten
@@ -130,12 +131,12 @@ class Trainer:
     def fit(self) -> None:
         cfg, d = self.cfg, self.d
         bar = tqdm(total=cfg.train.steps, initial=self.step, desc=cfg.name, disable=not d.main)
-        with open(self.log_path, "a") if d.main else contextlib.nullcontext() as log:
+        with (reco_log.RunLogger(self.log_path, cfg.train.loggers, cfg.name, dataclasses.asdict(cfg), mode="a") if d.main
+              else contextlib.nullcontext()) as log:
             while self.step < cfg.train.steps:
                 row = self.train_step()
                 if d.main:  # logged before the checkpoint: a resume rewrites the rows after its checkpoint
-                    log.write(json.dumps(row) + "\n")
-                    log.flush()
+                    log.log(row)  # log.jsonl, and the train.loggers sinks
                     bar.set_postfix(reward=f"{row['reward_mean']:.3f}", loss=f"{row['loss']:.4f}")
                     bar.update()
                 every = cfg.checkpoint.every

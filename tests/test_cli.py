@@ -55,6 +55,20 @@ def test_a_config_built_in_code_is_validated():
     assert Config(quick=True).out == "runs/quick" and Config().out == "runs/default"
 
 
+def test_start_up_lines_show_only_the_settings_that_differ():
+    from reco_io import describe_settings
+    from reco_mini import parse_config
+
+    text = describe_settings(parse_config(["--quick", "--lr", "1e-3", "--occurrence-apply", "positive"]))
+    lines = text.splitlines()
+    assert lines[0].startswith("reco_mini.py: grpo, reco on ") and "runs/quick/" in lines[0]
+    assert any(line.split() == ["--lr", "0.001", "(default", "0.0002)"] for line in lines)
+    assert any(line.split() == ["--quick", "(default", "off)"] for line in lines)
+    assert any(line.split() == ["--steps", "4", "(default", "60)"] for line in lines)  # --quick's budget is shown too
+    assert not any(flag in text for flag in ("--seed", "--group-size", "--clip-low", "{"))
+    assert describe_settings(parse_config([])).splitlines()[1:] == ["  every setting at its default"]
+
+
 def test_every_flag_has_help_text():
     from dataclasses import fields
 
@@ -125,6 +139,8 @@ def test_quick_pipeline_end_to_end(tmp_path):
                     "grad_norm", "v_old_mean", "time_rollout"):
             assert key in rows[0]
     assert "pass@k" in proc.stdout
+    first = proc.stdout.splitlines()[0]  # the start-up lines, not the whole config
+    assert first.startswith("reco_mini.py: grpo, reco on ") and "writing runs/quick/" in first and "  --quick" in proc.stdout
 
 
 @pytest.mark.slow
@@ -143,11 +159,12 @@ def test_math_path_on_tiny_random_qwen2(tmp_path):
                             for a, b in [(1, 2), (3, 4), (10, 5), (7, 7), (2, 9)]))
     proc = run(["--task", "math", "--model", str(model_dir), "--data", str(data), "--methods", "grpo",
                 "--steps", "2", "--prompts-per-step", "2", "--n-eval", "4", "--max-new-tokens", "8",
-                "--out", "runs/m"], tmp_path)
+                "--out", "runs/m", "--log", "tensorboard"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((tmp_path / "runs/m/results.json").read_text())
     assert set(results["methods"]) == {"base", "grpo"}
     assert results["methods"]["base"]["pass_at_k"].keys() == {"1", "2", "4"}
+    assert list((tmp_path / "runs/m/grpo/tensorboard").glob("events.out.tfevents.*"))  # --log tensorboard
 
 
 def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):

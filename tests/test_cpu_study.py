@@ -193,9 +193,26 @@ def test_claims_follow_the_numbers():
     assert "The token-level fix alone does not measurably raise Pass@256" in text
 
 
-def test_committed_readme_block_is_generated_from_the_committed_json():
+def test_committed_results_block_is_generated_from_the_committed_json():
     summary = json.loads((ROOT / "results" / "cpu_study.json").read_text())
-    readme = (ROOT / "README.md").read_text()
-    block = readme[readme.index(cpu_study.BEGIN) + len(cpu_study.BEGIN): readme.index(cpu_study.END)]
-    rerun = "rerun: python experiments/cpu_study.py --write-readme README.md"
-    assert block.strip() == cpu_study.render_readme(summary).strip(), rerun
+    page = (ROOT / "docs" / "results.md").read_text()
+    block = page[page.index(cpu_study.BEGIN) + len(cpu_study.BEGIN): page.index(cpu_study.END)]
+    rerun = "rerun: python experiments/cpu_study.py --write-readme docs/results.md"
+    assert block.strip() == cpu_study.render_readme(summary, "../results/cpu_study.png").strip(), rerun
+
+
+def test_clip_sensitivity_numbers_are_those_of_their_json():
+    """The typed paragraph on the gradient clip quotes results/cpu_study_grad_clip_off.json and cpu_study.json."""
+    page = (ROOT / "docs" / "results.md").read_text()
+    text = " ".join(page.split("### Sensitivity to the gradient clip", 1)[1].split("\n## ", 1)[0].split())
+    off = json.loads((ROOT / "results" / "cpu_study_grad_clip_off.json").read_text())
+    on = json.loads((ROOT / "results" / "cpu_study.json").read_text())
+    ci = lambda s, signed=False: f"{s['mean']:{'+' if signed else ''}.3f} ± {s['ci95']:.3f}"
+    grpo, reco = off["variants"]["grpo"]["pass_at_k"], off["variants"]["reco"]["pass_at_k"]
+    diff = off["paired_differences"]["reco - grpo"]["pass_at_k"]
+    expected = [f"GRPO Pass@1 {ci(grpo['1'])} and Pass@256 {ci(grpo['256'])}", f"ReCo {ci(reco['1'])} and {ci(reco['256'])}",
+                f"{ci(diff['256'], True)} at Pass@256", f"{ci(diff['1'], True).replace('-', '−')} at Pass@1",
+                f"{on['stability']['reco']['extremes']['grad_clip_active_frac']:.0%} of steps",
+                f"{len(off['study']['seeds'])} seeds"]
+    missing = [e for e in expected if e not in text]
+    assert not missing, f"docs/results.md's clip paragraph does not match the JSON: {missing}"

@@ -76,7 +76,7 @@ def test_missing_file_is_an_error(tmp_path):
 
 
 def test_parquet_round_trip(tmp_path):
-    pa = pytest.importorskip("pyarrow")
+    pa = pytest.importorskip("pyarrow", reason="pyarrow (requirements.txt) is not installed")
     pq = pytest.importorskip("pyarrow.parquet")
     rows = [json.loads(line) for line in FIXTURE.read_text().splitlines()]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "math.parquet")

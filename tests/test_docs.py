@@ -13,6 +13,7 @@ synthetic files first, so that a passing run on the repository means something.
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -159,3 +160,128 @@ def test_paths_named_in_the_design_document_exist():
     checked = [n for n in dict.fromkeys(names) if n.startswith(repo_dirs) or "/" not in n]
     missing = [n for n in checked if not (ROOT / n).exists()]
     assert len(checked) > 20 and not missing, f"docs/design.md names paths that do not exist: {missing}"
+
+
+# ------------------------------------------------------------------------------------------ links between documents
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+README = ROOT / "README.md"
+PAGES = ("docs/design.md", "docs/results.md", "docs/reproducing.md", "docs/performance.md", "docs/one_gpu.md",
+         "docs/verl.md", "docs/trl.md", "docs/reco_scaled.md", "tutorial/README.md", "CONTRIBUTING.md")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped (not - or _), spaces to hyphens."""
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors of a Markdown file's headings (outside code blocks); a repeated heading gets -1, -2, ..."""
+    out, seen = set(), {}
+    for m in re.finditer(r"^#{1,6}\s+(.+?)\s*$", FENCE.sub("", markdown), re.M):
+        base = slug(m.group(1))
+        out.add(base if base not in seen else f"{base}-{seen[base]}")
+        seen[base] = seen.get(base, 0) + 1
+    return out
+
+
+def broken_links(files: dict[str, str], exists: Callable[[str], bool], read: Callable[[str], str]) -> list[str]:
+    """'path:line: why' for every relative link (outside code blocks) whose file or heading anchor is missing.
+
+    files: repository path -> Markdown text; exists/read take a repository path.
+    """
+    out = []
+    for path, text in sorted(files.items()):
+        prose = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+        for m in LINK.finditer(prose):
+            target = m.group(1)
+            if re.match(r"[a-z]+:", target):  # https:, mailto: ...
+                continue
+            line = prose.count("\n", 0, m.start()) + 1
+            name, _, anchor = target.partition("#")
+            if name.startswith("/"):
+                out.append(f"{path}:{line}: {target} is absolute; links must be relative")
+                continue
+            resolved = os.path.normpath(os.path.join(os.path.dirname(path), name)) if name else path
+            if not exists(resolved):
+                out.append(f"{path}:{line}: {target} does not exist ({resolved})")
+            elif anchor and resolved.endswith(".md") and anchor not in anchors(read(resolved)):
+                out.append(f"{path}:{line}: {target}: {resolved} has no heading with anchor #{anchor}")
+    return out
+
+
+def test_the_link_checker_finds_missing_files_and_anchors():
+    files = {"README.md": "[a](docs/a.md) [b](docs/b.md) ![p](results/p.png) [s](#setup) [x](#nowhere)\n"
+                          "## Setup\n```\n[c](in/code.md)\n```\n[web](https://example.org) [abs](/etc/passwd)",
+             "docs/a.md": "# A\n## The default run (`python reco_mini.py`)\n[back](../README.md#setup) "
+                          "[here](#the-default-run-python-reco_minipy) [bad](../README.md#set-up) [r](../results/q.png)"}
+    on_disk = {"README.md", "docs/a.md", "results/p.png"}
+    found = broken_links(files, on_disk.__contains__, lambda p: files[p])
+    text = "\n".join(found)
+    assert "README.md:1: docs/b.md does not exist" in text and "README.md:1: #nowhere: README.md has no heading" in text
+    assert "README.md:6: /etc/passwd is absolute" in text
+    assert "docs/a.md:3: ../README.md#set-up: README.md has no heading" in text
+    assert "docs/a.md:3: ../results/q.png does not exist (results/q.png)" in text
+    assert len(found) == 5, found  # the code block, the web link and the good anchors pass
+
+
+def test_slugs_follow_github():
+    assert slug("The frontier study: ReCo against GRPO at matched training progress") == \
+        "the-frontier-study-reco-against-grpo-at-matched-training-progress"
+    assert slug("Read and run `reco_mini.py`, with the tutorial") == "read-and-run-reco_minipy-with-the-tutorial"
+    assert anchors("# A\n## Notes\n## Notes\n```\n# not a heading\n```") == {"a", "notes", "notes-1"}
+
+
+def test_every_link_in_the_documents_resolves():
+    """README, CONTRIBUTING, docs/ and tutorial/: every relative link, and every #anchor, exists."""
+    files = {p: t for p, t in repository_texts().items() if p.endswith(".md") and not p.startswith(("runs/", "data/"))}
+    assert "README.md" in files and "docs/results.md" in files
+    found = broken_links(files, lambda p: (ROOT / p).exists(), lambda p: (ROOT / p).read_text())
+    assert not found, "broken links:\n" + "\n".join(found)
+
+
+def test_readme_links_every_page_a_user_needs():
+    links = {os.path.normpath(m) for m in LINK.findall(README.read_text())}
+    missing = [p for p in PAGES if p not in links]
+    assert not missing, f"README.md does not link {missing}"
+
+
+def test_readme_is_a_front_door():
+    """At most 220 lines; the first code block is the quick start; the test command is the one CI runs."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 220, f"README.md has {len(text.splitlines())} lines"
+    first = re.search(r"^```bash\n(.*?)^```", text, re.M | re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in first.splitlines()]
+    assert commands == ["pip install -r requirements.txt && python reco_mini.py", "python -m pytest -q"]
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == "python -m pytest -q"
+    order = ["## What it found so far", "## Quick start", "### Read and run `reco_mini.py`", "### `reco_scaled` under torchrun",
+             "### ReCo from TRL", "### ReCo from verl", "### Reproducing the paper", "## Files", "## Tests"]
+    assert [text.index(h) for h in order] == sorted(text.index(h) for h in order)
+
+
+def test_readme_findings_are_generated_from_the_committed_results():
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import headline
+
+    text = README.read_text()
+    block = text.split(headline.BEGIN, 1)[1].split(headline.END, 1)[0]
+    want = headline.render(json.loads((ROOT / headline.FRONTIER).read_text()), json.loads((ROOT / headline.CPU).read_text()))
+    assert block.strip() == want.strip(), "rerun: python experiments/headline.py --write README.md"
+    outside = headline.BEGIN.join([text.split(headline.BEGIN)[0], text.split(headline.END)[1]])
+    # measured values are decimals: none may be typed outside the block (model names and the arXiv id are not values)
+    typed = re.findall(r"(?<![\w.-])(?<!arXiv )[0-9]+\.[0-9]+(?![\w.])", FENCE.sub("", outside))
+    assert not typed, f"README.md has typed decimal numbers outside generated blocks: {typed}"
+
+
+def test_pages_name_only_existing_docs():
+    """A docs/<page>.md named anywhere (code, tests, tutorial, configs) exists."""
+    files = repository_texts()
+    found = [f"{path}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}" for path, text in sorted(files.items())
+             for m in re.finditer(r"\bdocs/[\w.-]+\.md\b", text) if not (ROOT / m.group(0)).is_file()]
+    assert not found, "cited pages that do not exist:\n" + "\n".join(found)

@@ -120,12 +120,13 @@ def test_crossing_interpolates_the_step_too():
     assert fs.crossing(points, 0.05) == (0, 0.90) and fs.crossing(points, 0.3) is None
 
 
-def test_committed_readme_block_is_generated_from_the_committed_json():
+def test_committed_results_block_is_generated_from_the_committed_json():
     summary = json.loads((ROOT / "results" / "frontier_study.json").read_text())
-    readme = (ROOT / "README.md").read_text()
-    block = readme[readme.index(fs.BEGIN) + len(fs.BEGIN): readme.index(fs.END)]
-    rerun = "rerun: python experiments/frontier_study.py --aggregate-only --write-readme README.md"
-    assert block.strip() == fs.render_readme(summary, "results/frontier_study.json", "results/frontier_study.png").strip(), rerun
+    page = (ROOT / "docs" / "results.md").read_text()
+    block = page[page.index(fs.BEGIN) + len(fs.BEGIN): page.index(fs.END)]
+    rerun = "rerun: python experiments/frontier_study.py --aggregate-only --write-readme docs/results.md"
+    expected = fs.render_readme(summary, "results/frontier_study.json", "../results/frontier_study.png")
+    assert block.strip() == expected.strip(), rerun
     assert summary["partial"] is False, "the committed study must be complete"
 
 

@@ -297,7 +297,7 @@ def _math_verify(response: str, gold: str) -> bool:
 
 
 def test_agreement_with_math_verify() -> None:
-    pytest.importorskip("math_verify")
+    pytest.importorskip("math_verify", reason="math-verify (requirements.txt) is not installed")
     disagree = {(r, g): e for r, g, e in TABLE if _math_verify(r, g) != e}  # about 8 s of ANTLR parsing
     agree = len(TABLE) - len(disagree)
     print(f"\nmath-verify agrees on {agree}/{len(TABLE)} pairs ({agree / len(TABLE):.1%}); disagreements:")

@@ -112,10 +112,10 @@ def test_paper_config_loads_and_divides_evenly_on_8_gpus(path):
 
 
 def test_readme_memory_table_and_config_headers_are_the_arithmetic():
-    """The README's table is what `python -m reco_scaled.memory` prints, and each paper config's header quotes its peaks."""
+    """docs/reproducing.md's table is what `python -m reco_scaled.memory` prints; each paper config's header quotes its peaks."""
     from reco_scaled.memory import markdown_table, peaks
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "reproducing.md").read_text()
     assert readme.split("<!-- memory:begin -->\n")[1].split("\n<!-- memory:end -->")[0] == markdown_table()
     for path in PAPER:
         train, roll = peaks(load_config(path))

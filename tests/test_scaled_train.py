@@ -68,7 +68,7 @@ def test_one_rl_step_at_world_size_2_equals_world_size_1(tmp_path):
 
 
 def test_fused_kernel_gives_the_same_metrics(tmp_path):
-    pytest.importorskip("reco_scaled.kernels")
+    pytest.importorskip("reco_scaled.kernels", reason="reco_scaled.kernels needs triton (requirements.txt)")
     naive = run(tmp_path / "naive", "train.steps=1")
     fused = run(tmp_path / "fused", "train.steps=1", "train.fused_kernel=true")
     for k, v in metrics(naive[0]).items():

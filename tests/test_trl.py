@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("trl")
+pytest.importorskip("trl", reason="TRL is not installed: pip install -r requirements-trl.txt (CI does)")
 
 from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402

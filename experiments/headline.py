@@ -1,0 +1,67 @@
+"""The README's headline findings, written from the committed results JSON, never typed.
+
+It reuses the studies' own generated sentences: the exploratory CPU study's concentration claim
+(experiments/cpu_study.py `claims`) and the frontier study's tested hypotheses (experiments/frontier_study.py
+`claims`). tests/test_docs.py checks that the README's block is what this renders from the committed files.
+
+  python experiments/headline.py --write README.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cpu_study  # noqa: E402
+import frontier_study  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
+FRONTIER, CPU = "results/frontier_study.json", "results/cpu_study.json"
+
+
+def render(frontier: dict, cpu: dict) -> str:
+    """The block: the concentration sentence, the tested hypotheses, the frontier plot and where the rest is."""
+    design, hypotheses = frontier["design"], frontier["hypotheses"]
+    concentration = next(c for c in cpu_study.claims(cpu) if c.startswith("**Concentration.**"))
+    tested = frontier_study.claims(frontier)[: len(hypotheses)]
+    return "\n".join([
+        f"_Generated from `{FRONTIER}` and `{CPU}` by `python experiments/headline.py --write README.md`; "
+        "rerun it rather than editing._",
+        "",
+        f"- Exploratory study ({len(cpu['study']['seeds'])} "
+        f"seeds, one shared learning rate): {concentration.removeprefix('**Concentration.** ')}",
+        f"- Pre-registered frontier study ({len(design['confirm_seeds'])} fresh seeds, each method at the setting chosen "
+        f"on the validation split, compared at matched Pass@1; Holm-corrected):",
+        *[f"  - {sentence}" for sentence in tested],
+        "",
+        "![The matched frontier and the training trajectories](results/frontier_study.png)",
+    ])
+
+
+def write(path: Path, block: str) -> None:
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"error: {path} has no {BEGIN} ... {END} markers")
+    head, rest = text.split(BEGIN, 1)
+    path.write_text(head + BEGIN + "\n" + block + "\n" + END + rest.split(END, 1)[1])
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--write", type=Path, help="page to fill between the headline markers (README.md)")
+    args = parser.parse_args(argv)
+    block = render(json.loads((ROOT / FRONTIER).read_text()), json.loads((ROOT / CPU).read_text()))
+    if args.write:
+        write(args.write, block)
+    else:
+        print(block)
+    return block
+
+
+if __name__ == "__main__":  # a missing or malformed results file, a page without markers: one line, exit code 2
+    import reco_io
+
+    reco_io.run_entry_point("headline.py", main, (json.JSONDecodeError, FileNotFoundError))
