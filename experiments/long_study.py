@@ -258,10 +258,12 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
     for name, statement, kind, arm in HYPOTHESES:
         row = {"name": name, "statement": statement, "arm": arm, "reference": REFERENCE}
         if kind == "inert":
-            q = inertness.get(arm, {}).get("sequence", {"n": 0})
+            pooled = arm not in inertness  # reco dropped by the budget: every arm logs w_dev_sequence
+            q = quantiles([x for r in confirm if pooled or r["spec"]["arm"] == arm
+                           for x in r["diagnostics"]["w_dev_sequence"]])
             share = q.get(f"share_below_{INERT:g}")
-            row |= {"share_of_steps_below": share, "threshold": INERT, "required_share": INERT_SHARE,
-                    "holds": None if share is None else share >= INERT_SHARE}
+            row |= {"steps_from": "all arms" if pooled else arm, "share_of_steps_below": share, "threshold": INERT,
+                    "required_share": INERT_SHARE, "holds": None if share is None else share >= INERT_SHARE}
         elif arm in comparisons or (kind == "fork_share" and arm in fork and REFERENCE in fork):
             if kind == "primary":
                 stat = comparisons[arm]["primary"]
@@ -327,7 +329,8 @@ BUDGET_RULE = (
 def timing_run(plan: dict, steps: int = 5) -> dict:
     """Seconds per RL step of each arm (mean over `steps` steps at the study's settings, from the base, on the
     training problems) and per evaluation of the validation split at n = 128 and at n = 256."""
-    ctx, out = load_context(plan["flags"]), {"steps": steps, "threads": torch.get_num_threads(), "arms": {}}
+    ctx = load_context(plan["flags"])
+    out = {"steps": steps, "threads": torch.get_num_threads(), "task_flags": TASK_FLAGS, "flags": plan["flags"], "arms": {}}
     tmp = Path(plan["out"]) / "timing"
     for a in plan["arms"]:
         method, extra = ARMS[a]
@@ -488,12 +491,16 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
 # main
 # =============================================================================
 
-def make_plan(args: argparse.Namespace) -> dict:
+def make_plan(args: argparse.Namespace, timing: dict | None) -> dict:
+    """The study's settings; a timing of this base (same TASK_FLAGS) fixes n and the arms by BUDGET_RULE."""
     plan = {"out": args.out, "flags": [], "steps": STEPS, "eval_every": EVAL_EVERY, "lrs": LRS, "select": SELECT_SEEDS,
             "confirm": CONFIRM_SEEDS, "arms": list(ARMS), "k": K, "n_eval": N_EVAL}
-    plan |= QUICK if args.quick else {}
     if args.quick:
-        plan["n_eval"] = 8
+        return plan | QUICK | {"n_eval": 8}
+    if timing and timing.get("task_flags") == TASK_FLAGS and not args.timing:
+        plan |= {"n_eval": timing["budget"]["n_eval"], "arms": timing["budget"]["arms"]}
+    elif not args.timing:
+        print(f"no timing of this base (TASK_FLAGS {TASK_FLAGS}): n = {N_EVAL} and every arm; run --timing first")
     return plan
 
 
@@ -512,8 +519,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     args.out = args.out or ("runs/long_quick" if args.quick else "runs/long")
     results = Path(args.results or (f"{args.out}/long_study.json" if args.quick else "results/long_study.json"))
-    plan, start = make_plan(args), time.time()
     timing_path = results.with_name(results.stem + "_timing.json")
+    timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
+    plan, start = make_plan(args, timing), time.time()
     if args.timing:
         torch.set_num_threads(args.threads)
         timing = timing_run(plan)
@@ -529,7 +537,6 @@ def main(argv: list[str] | None = None) -> dict:
         choices = selection(load_results(select_specs(plan), plan), plan)["choices"]
         if "confirm" in phases and len(choices) == len(plan["arms"]):
             ran += run_all(confirm_specs(plan, choices) + base_specs(), plan, args.jobs, args.threads)
-    timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
     summary = aggregate(plan, time.time() - start, timing)
     summary["compute"]["runs_this_invocation"] = ran
     results.parent.mkdir(parents=True, exist_ok=True)

@@ -48,6 +48,15 @@ def test_budget_rule_and_minimum_detectable_effect():
                                                                      abs=1e-3)
 
 
+def test_plan_takes_n_and_arms_from_a_timing_of_this_base_only():
+    args = ls.argparse.Namespace(out="x", quick=False, timing=False)
+    budget = {"n_eval": 256, "arms": ["grpo", "reco-token", "reco-canonical"]}
+    plan = ls.make_plan(args, {"task_flags": ls.TASK_FLAGS, "budget": budget})
+    assert plan["n_eval"] == 256 and plan["arms"] == budget["arms"]
+    other = ls.make_plan(args, {"task_flags": ["--task", "countdown-long", "--sft-steps", "1"], "budget": budget})
+    assert other["n_eval"] == ls.N_EVAL and other["arms"] == list(ls.ARMS)  # a timing of another base is ignored
+
+
 @pytest.mark.slow
 def test_quick_study_end_to_end_schema_and_resume(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # reco_mini caches the SFT base under ./runs/cache
