@@ -12,7 +12,7 @@ rollout, `token-mean` loss aggregation and no KL. ReCo changes two terms:
      V(s) = 1 - sum_v pi(v|s)^2, inside GRPO's trust region (`variance_ratio`).
 
 Deviations from the paper's text, each a flag (docs/design.md section 5):
-  1. `--occurrence {sequence,token-mean,count,none}` and `--occurrence-apply
+  1. `--occurrence {sequence,token-mean,count,canonical,none}`, `--occurrence-apply
      {all,positive}`: alternatives to the exact expected-occurrence weight.
   2. `--token-ratio variance-old`: the clipped surrogate scaled by
      sg(min(V_old/mean V_old, c_max)); equal to `variance` on policy.
