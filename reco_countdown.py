@@ -392,7 +392,8 @@ def step_diagnostics(weights_fn, modes: list[str], old_logp: torch.Tensor, mask:
                      v_old: torch.Tensor, v_old_mean: torch.Tensor, loss_cfg) -> dict[str, float | None]:
     """Cheap statistics of one rollout batch, whatever the method uses:
 
-      w_dev_<mode>        max_i |w_i - 1| of every occurrence mode (apply = all), weights_fn = reco_mini.occurrence_weights
+      w_dev_<mode>        max_i |w_i - 1| of every occurrence mode (apply = all; "-" written "_"), weights_fn =
+                          reco_mini.occurrence_weights
       dup_exact           share of responses repeating an earlier one of their group (token ids); dup_canonical: keys
       v_old_<class>       mean V_old over the response tokens of each TOKEN_CLASSES class
       share_<class>       the class's share of sum_t |w_i rho_t A_i| over response tokens
@@ -407,7 +408,7 @@ def step_diagnostics(weights_fn, modes: list[str], old_logp: torch.Tensor, mask:
     out: dict[str, float | None] = {}
     for mode in modes:
         w = weights_fn(seq_logp, mode, responses, lengths, advantages, "all", keys)
-        out[f"w_dev_{mode}"] = (w.double() - 1).abs().max().item()
+        out[f"w_dev_{mode.replace('-', '_')}"] = (w.double() - 1).abs().max().item()
     out["dup_exact"] = duplicate_rate([[tuple(r) for r in responses[p * G: (p + 1) * G]] for p in range(P)])
     out["dup_canonical"] = duplicate_rate([keys[p * G: (p + 1) * G] for p in range(P)])
     cls = torch.full(mask.shape, TOKEN_CLASSES.index("other"), dtype=torch.long, device=mask.device)

@@ -76,7 +76,7 @@ QUICK = dict(flags=["--quick", "--sft-steps", "30", "--sft-batch", "32", "--n-te
                    "--hidden", "32", "--layers", "1", "--max-new-tokens", "40"], steps=2, eval_every=1,
              lrs=(2e-4,), select=(20,), confirm=(400, 401), arms=["grpo", "reco-canonical", "reco-token"], k="8")
 BEGIN, END = "<!-- long-study:begin -->", "<!-- long-study:end -->"
-DIAGNOSTICS = [f"w_dev_{m}" for m in rm.OCCURRENCES] + ["dup_exact", "dup_canonical", "tokens_other"] \
+DIAGNOSTICS = [f"w_dev_{m.replace('-', '_')}" for m in rm.OCCURRENCES] + ["dup_exact", "dup_canonical", "tokens_other"] \
     + [f"v_old_{c}" for c in TOKEN_CLASSES] + [f"share_{c}" for c in TOKEN_CLASSES]
 
 
@@ -249,7 +249,8 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
         arms[a] = {"lr": sel["choices"][a], "seeds": seeds, "trajectory": traj, "stopped": [r["stopped"] for r in runs],
                    "final_pass_at_1": [r["trajectory"][-1]["pass_at_k"]["1"] if r["trajectory"] else None for r in runs]}
     comparisons = {a: compare(curves[a], curves[REFERENCE]) for a in curves if a != REFERENCE and REFERENCE in curves}
-    inertness = {a: {m: quantiles([x for r in confirm if r["spec"]["arm"] == a for x in r["diagnostics"][f"w_dev_{m}"]])
+    inertness = {a: {m: quantiles([x for r in confirm if r["spec"]["arm"] == a
+                                   for x in r["diagnostics"][f"w_dev_{m.replace('-', '_')}"]])
                      for m in rm.OCCURRENCES} for a in arms}
     update_share = {a: {c: summarize(vals) if (vals := [_mean(r["diagnostics"][f"share_{c}"]) for r in confirm
                                                         if r["spec"]["arm"] == a and r["diagnostics"][f"share_{c}"]])
@@ -323,7 +324,9 @@ BUDGET_RULE = (
     f"{STEPS} steps and an evaluation every {EVAL_EVERY} steps: take n = 256 if the projected wall time at --jobs "
     f"{BUDGET_JOBS} (the measured seconds per RL step and per evaluation of each arm, summed over runs, divided by "
     f"{BUDGET_JOBS}) is within {BUDGET_HOURS:g} h, else n = 128; if n = 128 is still over, drop the exploratory arms "
-    "reco-canonical-positive, then f-grpo, then reco, never the arms of H2-H4; the seeds stay at 8.")
+    "reco-canonical-positive, then f-grpo, then reco, never the arms of H2-H4; the seeds stay at 8. If even that is "
+    "over, the design does not fit (within_budget false) and the pre-registration must be amended, in writing, before "
+    "any run.")
 
 
 def timing_run(plan: dict, steps: int = 5) -> dict:
@@ -379,7 +382,8 @@ def budget(timing: dict, plan: dict) -> dict:
     n = 256 if projected_hours(timing, arms, 256, plan) <= BUDGET_HOURS else 128
     while n == 128 and projected_hours(timing, arms, n, plan) > BUDGET_HOURS and any(a in arms for a in drop):
         arms.remove(next(a for a in drop if a in arms))
-    return {"rule": BUDGET_RULE, "n_eval": n, "arms": arms, "projected_hours": projected_hours(timing, arms, n, plan),
+    hours = projected_hours(timing, arms, n, plan)
+    return {"rule": BUDGET_RULE, "n_eval": n, "arms": arms, "projected_hours": hours, "within_budget": hours <= BUDGET_HOURS,
             "projected_hours_all_arms_n128": projected_hours(timing, list(plan["arms"]), 128, plan),
             "projected_hours_all_arms_n256": projected_hours(timing, list(plan["arms"]), 256, plan),
             "mde": minimum_detectable_effect(len(plan["confirm"])), "mde_planning_sd": PLANNING_SD,

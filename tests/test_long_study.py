@@ -41,6 +41,8 @@ def test_budget_rule_and_minimum_detectable_effect():
     slow = {**timing, "arms": {a: {"s_per_step": 4.0} for a in ls.ARMS}}  # n = 128: 660 s per run, 6.6 h: drop one arm
     out = ls.budget(slow, plan)
     assert out["n_eval"] == 128 and out["arms"] == [a for a in ls.ARMS if a != "reco-canonical-positive"]
+    assert out["within_budget"] is True
+    assert ls.budget({**timing, "arms": {a: {"s_per_step": 40.0} for a in ls.ARMS}}, plan)["within_budget"] is False
     # MDE: (t_{1-0.05/3, 7} + t_{0.8, 7}) sd / sqrt(8), t_{0.975, 7} = 2.365 and t_{0.8, 7} = 0.896 from tables
     assert ls.t_quantile(0.975, 7) == pytest.approx(2.365, abs=1e-3)
     assert ls.t_quantile(0.8, 7) == pytest.approx(0.896, abs=1e-3)
