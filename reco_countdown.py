@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ import reco_io
 FORMS = ["{a}*{b}+{c}", "{a}*{b}-{c}", "({a}+{b})*{c}", "({a}-{b})*{c}", "{a}+{b}+{c}"]
 SFT_FORM_PRIOR = [0.55, 0.25, 0.12, 0.055, 0.025]
 MAX_NUMBER = 20
+# countdown-long (see "The long-response task" below): the same problems, verifier and forms, a longer response
+LONG_SFT_FORM_PRIOR = [0.55, 0.25, 0.12, 0.055, 0.025]
+LONG_CHARS = "abcdefghijklmnopqrstuvwxyz.;"  # appended to the countdown vocabulary
+LONG_MAX_POSITIONS, LONG_MAX_NEW_TOKENS = 128, 96
 
 
 @dataclass(frozen=True)
@@ -37,8 +42,13 @@ class Problem:
         return ",".join(f"{x:02d}" for x in self.numbers) + f">{self.target:03d}:"
 
 
-def make_problem(rng: random.Random, form_prior: list[float]) -> tuple[Problem, str]:
-    """A random problem and the expression that generated it."""
+@dataclass(frozen=True)
+class LongProblem(Problem):
+    """The same problem for countdown-long: the response is a derivation, and only its final expression is scored."""
+
+
+def make_problem(rng: random.Random, form_prior: list[float], long: bool = False) -> tuple[Problem, str]:
+    """A random problem (a LongProblem with `long`) and the expression that generated it."""
     while True:
         form = rng.choices(FORMS, weights=form_prior)[0]
         nums = rng.sample(range(1, MAX_NUMBER + 1), 3)
@@ -46,7 +56,7 @@ def make_problem(rng: random.Random, form_prior: list[float]) -> tuple[Problem, 
         target = countdown_value(expr)
         if target is not None and 1 <= target <= 999:
             shown = tuple(sorted(nums, key=lambda _: rng.random()))
-            return Problem(shown, target), expr
+            return (LongProblem if long else Problem)(shown, target), expr
 
 
 def make_splits(cfg) -> dict[str, list[Problem]]:
@@ -55,7 +65,7 @@ def make_splits(cfg) -> dict[str, list[Problem]]:
     for name, size in (("test", cfg.n_test), ("val", cfg.n_test), ("train", cfg.n_train)):
         splits[name] = []
         while len(splits[name]) < size:
-            problem, _ = make_problem(rng, [1.0] * len(FORMS))
+            problem, _ = make_problem(rng, [1.0] * len(FORMS), cfg.task == "countdown-long")
             if problem not in seen:
                 seen.add(problem)
                 splits[name].append(problem)
@@ -93,9 +103,9 @@ def countdown_value(expr: str) -> int | None:
         return None
 
 
-def expression_shape(expr: str) -> str | None:
-    """The structure of an arithmetic expression with every number blanked out and chains of + or *
-    flattened and sorted, so that commuted writings and redundant parentheses give one shape."""
+def expression_shape(expr: str, keep_numbers: bool = False) -> str | None:
+    """The structure of an arithmetic expression with every number blanked out (kept with keep_numbers) and
+    chains of + or * flattened and sorted, so that commuted writings and redundant parentheses give one shape."""
     def operands(node: ast.AST, op: type) -> list[ast.AST]:  # a+(b+c) -> [a, b, c]
         if isinstance(node, ast.BinOp) and type(node.op) is op:
             return operands(node.left, op) + operands(node.right, op)
@@ -103,7 +113,7 @@ def expression_shape(expr: str) -> str | None:
 
     def shape(node: ast.AST) -> str:
         if isinstance(node, ast.Constant):
-            return "n"
+            return str(node.value) if keep_numbers else "n"
         if isinstance(node.op, ast.Sub):
             return f"-({shape(node.left)},{shape(node.right)})"
         children = sorted(shape(n) for n in operands(node, type(node.op)))
@@ -124,7 +134,9 @@ def countdown_form(expr: str) -> int | None:
 
 
 def countdown_reward(problem: Problem, response: str) -> float:
-    """1 if the response uses exactly the given numbers once each and hits the target."""
+    """1 if the response (for countdown-long, its final expression) uses exactly the given numbers once each
+    and hits the target."""
+    response = answer_text(problem, response)
     used = sorted(int(t) for t in re.findall(r"\d+", response))
     if used != sorted(problem.numbers) or re.search(r"[^0-9+\-*()]", response):
         return 0.0
@@ -133,12 +145,14 @@ def countdown_reward(problem: Problem, response: str) -> float:
 
 # The base policy: a tiny Qwen2 with a character-level tokenizer, SFT-ed on the skewed demonstrations.
 
-def char_tokenizer():
-    """A Hugging Face tokenizer with one token per character; prepends <bos>."""
+def char_tokenizer(task: str = "countdown"):
+    """A Hugging Face tokenizer with one token per character; prepends <bos>. countdown-long adds LONG_CHARS
+    after the countdown vocabulary, so that every countdown token keeps its id."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *"0123456789+-*/()=,:> "])}
+    chars = "0123456789+-*/()=,:> " + (LONG_CHARS if task == "countdown-long" else "")
+    vocab = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *chars])}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
@@ -147,28 +161,28 @@ def char_tokenizer():
                                    unk_token="<unk>", padding_side="left")
 
 
-def tiny_model(tokenizer, hidden: int = 96, layers: int = 3):
+def tiny_model(tokenizer, hidden: int = 96, layers: int = 3, max_positions: int = 64):
     """A randomly initialised Qwen2 causal LM (~0.45M parameters at the defaults)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=4 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
-                         max_position_embeddings=64, tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+                         max_position_embeddings=max_positions, tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     return Qwen2ForCausalLM(config)
 
 
 def sft(cfg, model, tokenizer, exclude: set[Problem]):
     """Supervised fine-tuning on demonstrations whose forms follow SFT_FORM_PRIOR (cfg: reco_mini.Config)."""
-    rng = random.Random(cfg.seed)
+    rng, long = random.Random(cfg.seed), cfg.task == "countdown-long"
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, cfg.sft_lr, total_steps=cfg.sft_steps, pct_start=0.1)
     for _ in tqdm(range(cfg.sft_steps), desc="sft base", leave=False):
         demos = []
         while len(demos) < cfg.sft_batch:
-            problem, expr = make_problem(rng, SFT_FORM_PRIOR)
+            problem, expr = make_problem(rng, LONG_SFT_FORM_PRIOR if long else SFT_FORM_PRIOR, long)
             if problem not in exclude:
-                demos.append((problem.prompt, expr))
+                demos.append((problem.prompt, long_response(rng, expr)[0] if long else expr))
         prompts = tokenizer([p for p, _ in demos], return_tensors="pt").input_ids.to(cfg.device)
         resp = tokenizer([e + tokenizer.eos_token for _, e in demos], add_special_tokens=False,
                          padding=True, padding_side="right", return_tensors="pt").to(cfg.device)
@@ -187,9 +201,11 @@ def sft(cfg, model, tokenizer, exclude: set[Problem]):
 def load_base(cfg, tokenizer, exclude: set[Problem]):
     """The SFT base policy, cached under runs/cache/ by the settings that shape it."""
     key = f"base-h{cfg.hidden}-l{cfg.layers}-s{cfg.sft_steps}-b{cfg.sft_batch}-lr{cfg.sft_lr}-seed{cfg.seed}-n{cfg.n_test}"
+    if cfg.task == "countdown-long":
+        key += f"-long-prior{'_'.join(f'{x:g}' for x in LONG_SFT_FORM_PRIOR)}"
     path = Path("runs/cache") / key / "model.pt"
     torch.manual_seed(cfg.seed)
-    model = tiny_model(tokenizer, cfg.hidden, cfg.layers).to(cfg.device)
+    model = tiny_model(tokenizer, cfg.hidden, cfg.layers, 64 if cfg.task == "countdown" else LONG_MAX_POSITIONS).to(cfg.device)
     if path.exists():
         model.load_state_dict(torch.load(path, map_location=cfg.device, weights_only=True))
         return model
@@ -202,3 +218,211 @@ def solving_forms(problem: Problem) -> set[int]:
     orders = itertools.permutations(problem.numbers)
     return {f for a, b, c in orders for f, form in enumerate(FORMS)
             if countdown_value(form.format(a=a, b=b, c=c)) == problem.target}
+
+
+# =============================================================================
+# The long-response task (countdown-long): a derivation with reward-irrelevant surface choices
+# =============================================================================
+# "<opener> a op1 b = v1<sep> <connector> m1 op2 m2 = v2<sep> <tag>: <final expression>", e.g.
+# "pick 7 * 3=21; then 21 +12 = 33. answer: 7*3+12". Only the final expression is scored. Style choices, each
+# uniform: the three words (8 each, distinct first letters), the two separators (3 each), nine optional spaces and the
+# operand order of every commutative step: 3 log2(8) + 2 log2(3) + 9 + (0 to 2) >= 20.2 bits per response.
+# Every token is labelled by its role: fork (decides the operands or the solution form: the digits of a and b, op1,
+# op2, and m1's first character when op2 is "-"), style (a free choice: a word's first letter, a separator, an optional
+# space, m1's first character when op2 commutes) or determined (follows from earlier tokens: the rest).
+
+OPENERS = ("take", "using", "pick", "with", "from", "join", "start", "begin")
+CONNECTORS = ("then", "since", "next", "hence", "after", "giving", "once", "making")
+TAGS = ("answer", "result", "final", "expression", "value", "check", "done", "proof")
+SEPARATORS = ",;."
+TOKEN_CLASSES = ("fork", "style", "determined", "other")  # other: a token of a response outside the grammar
+STYLE_BITS_MIN = 3 * math.log2(8) + 2 * math.log2(3) + 9
+_SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
+_WORDS = {name: "|".join(words) for name, words in (("open", OPENERS), ("conn", CONNECTORS), ("tag", TAGS))}
+LONG_GRAMMAR = re.compile(
+    rf"(?P<open>{_WORDS['open']}) (?P<a>\d+)(?P<s1> ?)(?P<op1>[-+*])(?P<s2> ?)(?P<b>\d+)(?P<s3> ?)=(?P<s4> ?)(?P<v1>-?\d+)"
+    rf"(?P<sep1>[,;.]) (?P<conn>{_WORDS['conn']}) (?P<m1>-?\d+)(?P<s5> ?)(?P<op2>[-+*])(?P<s6> ?)(?P<m2>-?\d+)(?P<s7> ?)="
+    rf"(?P<s8> ?)(?P<v2>-?\d+)(?P<sep2>[,;.]) (?P<tag>{_WORDS['tag']}):(?P<s9> ?)(?P<final>[0-9+*()-]+)")
+
+
+def long_response(rng: random.Random, expr: str) -> tuple[str, list[str]]:
+    """A countdown-long demonstration of a FORMS expression, and the label of each of its characters (tokens),
+    assigned as the text is built."""
+    tree = parse_arithmetic(expr)  # FORMS parse as (a op1 b) op2 c
+    op1, op2, c = _SYMBOL[type(tree.left.op)], _SYMBOL[type(tree.op)], tree.right.value
+    a, b = tree.left.left.value, tree.left.right.value
+    if op1 != "-" and rng.random() < 0.5:
+        a, b = b, a
+    v1 = countdown_value(f"{a}{op1}{b}")
+    inner_first = op2 == "-" or rng.random() < 0.5
+    m1, m2 = (v1, c) if inner_first else (c, v1)
+    inner = f"({a}{op1}{b})" if op1 in "+-" and op2 == "*" else f"{a}{op1}{b}"
+    final = f"{inner}{op2}{c}" if inner_first else f"{c}{op2}{inner}"
+    parts: list[tuple[str, str]] = []
+
+    def word(w: str) -> None:
+        parts.extend([(w[0], "style"), (w[1:], "determined")])
+
+    def space() -> None:
+        if rng.random() < 0.5:
+            parts.append((" ", "style"))
+
+    def step(x: str, op: str, y: str, value: int, x_first: str, x_rest: str, y_label: str) -> None:
+        parts.extend([(x[0], x_first), (x[1:], x_rest)])
+        space()
+        parts.append((op, "fork"))
+        space()
+        parts.append((y, y_label))
+        space()
+        parts.append(("=", "determined"))
+        space()
+        parts.append((str(value), "determined"))
+
+    word(rng.choice(OPENERS))
+    parts.append((" ", "determined"))
+    step(str(a), op1, str(b), v1, "fork", "fork", "fork")
+    parts.extend([(rng.choice(SEPARATORS), "style"), (" ", "determined")])
+    word(rng.choice(CONNECTORS))
+    parts.append((" ", "determined"))
+    step(str(m1), op2, str(m2), countdown_value(final), "fork" if op2 == "-" else "style", "determined", "determined")
+    parts.extend([(rng.choice(SEPARATORS), "style"), (" ", "determined")])
+    word(rng.choice(TAGS))
+    parts.append((":", "determined"))
+    space()
+    parts.append((final, "determined"))
+    return "".join(t for t, _ in parts), [label for t, label in parts for _ in t]
+
+
+def long_labels(text: str) -> list[str] | None:
+    """The label of each character of a countdown-long response, by parsing it with the grammar LONG_GRAMMAR;
+    None if the text is outside the grammar."""
+    m = LONG_GRAMMAR.fullmatch(text)
+    if m is None:
+        return None
+    labels = ["determined"] * len(text)
+    style = ["s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "sep1", "sep2"]
+    for name in style:
+        labels[m.start(name): m.end(name)] = ["style"] * (m.end(name) - m.start(name))
+    for name in ("open", "conn", "tag"):
+        labels[m.start(name)] = "style"
+    for name in ("a", "op1", "b", "op2"):
+        labels[m.start(name): m.end(name)] = ["fork"] * (m.end(name) - m.start(name))
+    labels[m.start("m1")] = "fork" if m["op2"] == "-" else "style"
+    return labels
+
+
+def answer_text(problem, text: str) -> str:
+    """The text the verifier scores: for countdown-long the final expression (after the last ':' and one optional
+    space), otherwise the whole response."""
+    if not isinstance(problem, LongProblem):
+        return text
+    return text.rsplit(":", 1)[1].removeprefix(" ") if ":" in text else ""
+
+
+def response_key(problem, text: str) -> str:
+    """The canonical key of a response for OCCURRENCES["canonical"]: countdown, the scored expression up to
+    commutation of + and * and redundant parentheses; math, the normalised last \\boxed answer. A response
+    without one keys on its own text, so it only matches exact copies."""
+    if isinstance(problem, Problem):
+        canonical = expression_shape(answer_text(problem, text), keep_numbers=True)
+        return f"expr:{canonical}" if canonical is not None else f"text:{text}"
+    from reco_grader import _last_boxed, _normalize
+
+    boxed = _last_boxed(text)
+    return f"answer:{_normalize(boxed)[0]}" if boxed is not None else f"text:{text}"
+
+
+def annotate(problems: list, group_size: int, texts: list[str], resp: torch.Tensor, mask: torch.Tensor,
+             tokenizer) -> tuple[list[str], list[list[str]] | None]:
+    """Per response (problem-major, group_size each): its canonical key and, for countdown-long, the class of each
+    response token (TOKEN_CLASSES; the closing <eos> is determined; every token of a response outside the grammar,
+    or with a special token inside, is other). Other tasks have no token labels (None)."""
+    flat = [p for p in problems for _ in range(group_size)]
+    keys = [response_key(p, t) for p, t in zip(flat, texts)]
+    if not isinstance(problems[0], LongProblem):
+        return keys, None
+    labels = []
+    for row, n in zip(resp.tolist(), mask.sum(-1).tolist()):
+        tokens = tokenizer.convert_ids_to_tokens(row[: int(n)])
+        eos = tokens[-1:] == [tokenizer.eos_token]
+        body = tokens[:-1] if eos else tokens
+        own = long_labels("".join(body)) if all(len(t) == 1 for t in body) else None
+        labels.append(own + ["determined"] * eos if own is not None else ["other"] * len(tokens))
+    return keys, labels
+
+
+def duplicate_rate(groups: list[list]) -> float:
+    """The share of responses that repeat an earlier response of their group: mean over groups of (G - distinct) / G."""
+    return sum((len(g) - len(set(g))) / len(g) for g in groups) / len(groups)
+
+
+def sft_duplicate_rate(seed: int, problems: int = 2000, group_size: int = 8) -> dict:
+    """Exact duplicates among group_size countdown-long demonstrations of one problem, the way the SFT data draws them
+    (form from LONG_SFT_FORM_PRIOR, then the surface choices); also the mean length in tokens (characters + <eos>)."""
+    rng, groups, lengths = random.Random(seed), [], []
+    for _ in range(problems):
+        problem, _ = make_problem(rng, LONG_SFT_FORM_PRIOR, long=True)
+        exprs = [e for f, e in _form_exprs(problem).items()]
+        weights = [LONG_SFT_FORM_PRIOR[f] for f in _form_exprs(problem)]
+        group = [long_response(rng, rng.choices(exprs, weights)[0])[0] for _ in range(group_size)]
+        groups.append(group)
+        lengths += [len(t) + 1 for t in group]
+    return {"duplicate_rate": duplicate_rate(groups), "mean_tokens": sum(lengths) / len(lengths),
+            "problems": problems, "group_size": group_size}
+
+
+def _form_exprs(problem: Problem) -> dict[int, str]:
+    """One solving expression per FORMS index that solves `problem` (the first order of its numbers that does)."""
+    out: dict[int, str] = {}
+    for a, b, c in itertools.permutations(problem.numbers):
+        for f, form in enumerate(FORMS):
+            expr = form.format(a=a, b=b, c=c)
+            if f not in out and countdown_value(expr) == problem.target:
+                out[f] = expr
+    return out
+
+
+# =============================================================================
+# Per-step diagnostics, logged for every method (reco_mini.train_rl)
+# =============================================================================
+
+@torch.no_grad()
+def step_diagnostics(weights_fn, modes: list[str], old_logp: torch.Tensor, mask: torch.Tensor, responses: list,
+                     keys: list, labels: list[list[str]] | None, advantages: torch.Tensor, weights: torch.Tensor,
+                     v_old: torch.Tensor, v_old_mean: torch.Tensor, loss_cfg) -> dict[str, float | None]:
+    """Cheap statistics of one rollout batch, whatever the method uses:
+
+      w_dev_<mode>        max_i |w_i - 1| of every occurrence mode (apply = all; "-" written "_"), weights_fn =
+                          reco_mini.occurrence_weights
+      dup_exact           share of responses repeating an earlier one of their group (token ids); dup_canonical: keys
+      v_old_<class>       mean V_old over the response tokens of each TOKEN_CLASSES class
+      share_<class>       the class's share of sum_t |w_i rho_t A_i| over response tokens
+      tokens_other        share of response tokens that are other (a response outside the task's grammar, or no labels)
+
+    The update share is computed from the on-policy quantities at rollout time: the importance ratio r = 1, the keep
+    mask 1 and rho_t = min(V_old(s_t) / mean V_old, c_max) for the variance ratios, 1 for "is" (GRPO: sum |w r A|
+    with w = 1); w_i is the method's own response weight. old_logp, mask, v_old: [B, T]; advantages [P, G]; weights [B].
+    """
+    P, G = advantages.shape
+    seq_logp, lengths = (old_logp * mask).sum(-1).view(P, G), mask.sum(-1).view(P, G)
+    out: dict[str, float | None] = {}
+    for mode in modes:
+        w = weights_fn(seq_logp, mode, responses, lengths, advantages, "all", keys)
+        out[f"w_dev_{mode.replace('-', '_')}"] = (w.double() - 1).abs().max().item()
+    out["dup_exact"] = duplicate_rate([[tuple(r) for r in responses[p * G: (p + 1) * G]] for p in range(P)])
+    out["dup_canonical"] = duplicate_rate([keys[p * G: (p + 1) * G] for p in range(P)])
+    cls = torch.full(mask.shape, TOKEN_CLASSES.index("other"), dtype=torch.long, device=mask.device)
+    for i, row in enumerate(labels or []):
+        cls[i, : len(row)] = torch.tensor([TOKEN_CLASSES.index(x) for x in row], dtype=torch.long, device=mask.device)
+    if loss_cfg.token_ratio == "is":
+        rho = torch.ones_like(v_old)
+    else:
+        rho = torch.clamp(v_old / v_old_mean, max=loss_cfg.variance_cap)
+    size = (weights.view(-1, 1) * rho * advantages.reshape(-1, 1)).abs() * mask  # [B, T]
+    total, live = size.sum(), mask > 0
+    for k, name in enumerate(TOKEN_CLASSES):
+        sel = live & (cls == k)
+        out[f"v_old_{name}"] = v_old[sel].mean().item() if sel.any() else None
+        out[f"share_{name}"] = (size[sel].sum() / total).item() if total > 0 else None
+    out["tokens_other"] = ((live & (cls == TOKEN_CLASSES.index("other"))).sum() / live.sum().clamp(min=1)).item()
+    return out

@@ -12,7 +12,7 @@ rollout, `token-mean` loss aggregation and no KL. ReCo changes two terms:
      V(s) = 1 - sum_v pi(v|s)^2, inside GRPO's trust region (`variance_ratio`).
 
 Deviations from the paper's text, each a flag (docs/design.md section 5):
-  1. `--occurrence {sequence,token-mean,count,none}` and `--occurrence-apply
+  1. `--occurrence {sequence,token-mean,count,canonical,none}`, `--occurrence-apply
      {all,positive}`: alternatives to the exact expected-occurrence weight.
   2. `--token-ratio variance-old`: the clipped surrogate scaled by
      sg(min(V_old/mean V_old, c_max)); equal to `variance` on policy.
@@ -42,6 +42,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 
+import reco_countdown  # the task: labels, canonical keys and per-step diagnostics of countdown-long
 import reco_io  # plumbing: command line, files, model loading, precision, table and plot
 import reco_log  # log.jsonl, and TensorBoard / W&B on request
 from reco_countdown import FORMS, Problem, char_tokenizer, countdown_form, countdown_reward, load_base, make_splits
@@ -71,7 +72,7 @@ class ConfigError(ValueError):  # a bad setting; the message names the flag
 @dataclass
 class LossConfig:
     """The policy-loss settings, shared with reco_scaled (its `algo` section)."""
-    occurrence: str = opt("", "response weight: sequence | token-mean | count | none ('' = the method's)")
+    occurrence: str = opt("", "response weight: sequence | token-mean | count | canonical | none ('' = the method's)")
     occurrence_apply: str = opt("all", "weigh all responses, or only those with A > 0: all | positive")
     token_ratio: str = opt("", "token term: is | variance | variance-old ('' = the method's)")
     focal_gamma: float | None = opt(None, "F-GRPO: scale advantages by (1 - group success rate)^gamma "
@@ -120,10 +121,11 @@ class Config(LossConfig):
     """Everything reco_mini.py does; every field is a flag (`python reco_mini.py --help`)."""
     methods: str = opt("grpo,reco", f"comma-separated methods to train: {', '.join(METHODS)}")
     seed: int = opt(0, "seed of the SFT base, the RL run and the evaluation samples")
+    eval_seed: int = opt(-1, "seed of the evaluation samples' generator (-1 = seed + 1)")
     device: str = opt("auto", "cpu | cuda | auto")
     out: str = opt("", "output directory (default runs/default, or runs/quick with --quick)")
     quick: bool = opt(False, "a tiny budget for a smoke test of about a minute")
-    task: str = opt("countdown", "countdown (built in) | math (needs --model and --data)")
+    task: str = opt("countdown", "countdown | countdown-long (built in) | math (needs --model and --data)")
     model: str = opt("", "Hugging Face model name or directory (default: the tiny model built here)")
     data: str = opt("", "task math: JSONL of problems with 'problem' and 'answer'")
     eval_data: str = opt("", "task math: JSONL of held-out problems (default: a fixed fifth of --data)")
@@ -142,7 +144,7 @@ class Config(LossConfig):
     lr: float = opt(2e-4, "RL learning rate (AdamW, constant)")
     grad_clip: float = opt(1.0, "clip the gradient norm at this value (0 = off)")
     temperature: float = opt(1.0, "tau: responses are sampled from softmax(logits / tau)")
-    max_new_tokens: int = opt(0, "response length limit (default 12 for countdown, 1024 for math)")
+    max_new_tokens: int = opt(0, "response length limit (default 12 for countdown, 96 countdown-long, 1024 math)")
     n_eval: int = opt(256, "samples per held-out problem")
     eval_batch: int = opt(0, "sequences sampled at once when evaluating (default 4096 countdown, 64 math: docs/one_gpu.md)")
     eval_every: int = opt(0, "evaluate on the validation split every N RL steps (0 = only at the end)")
@@ -154,9 +156,10 @@ class Config(LossConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        self.max_new_tokens = self.max_new_tokens or (12 if self.task == "countdown" else 1024)
+        lengths = {"countdown": 12, "countdown-long": reco_countdown.LONG_MAX_NEW_TOKENS}
+        self.max_new_tokens = self.max_new_tokens or lengths.get(self.task, 1024)
         self.out = self.out or ("runs/quick" if self.quick else "runs/default")
-        self.eval_batch = self.eval_batch or (4096 if self.task == "countdown" else 64)
+        self.eval_batch = self.eval_batch or (64 if self.task == "math" else 4096)
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -165,8 +168,8 @@ class Config(LossConfig):
         return super().checks() + [
             ("methods", all(m in METHODS for m in self.method_list),
              f"must be a comma-separated subset of {list(METHODS)}"),
-            ("task", self.task in ("countdown", "math"), "must be countdown or math"),
-            ("task", self.task == "countdown" or bool(self.model and self.data), "math needs --model and --data"),
+            ("task", self.task in ("countdown", "countdown-long", "math"), "must be countdown, countdown-long or math"),
+            ("task", self.task != "math" or bool(self.model and self.data), "math needs --model and --data"),
             ("data", not self.data or Path(self.data).is_file(), f"{self.data}: no such file"),
             ("eval_data", not self.eval_data or Path(self.eval_data).is_file(), f"{self.eval_data}: no such file"),
             ("steps", self.steps >= 1, "must be >= 1"),
@@ -176,7 +179,7 @@ class Config(LossConfig):
             ("grad_clip", self.grad_clip >= 0, "must be >= 0"),
             ("minibatches", self.minibatches >= 1 and n % self.minibatches == 0,
              f"must divide prompts-per-step x group-size ({n})"),
-            ("n_train", self.task != "countdown" or self.n_train >= self.prompts_per_step,
+            ("n_train", self.task == "math" or self.n_train >= self.prompts_per_step,
              "must be >= --prompts-per-step"),
             ("n_eval", self.n_eval >= 1, "must be >= 1"),
             ("ks", all(k.strip().isdigit() and 1 <= int(k) <= self.n_eval for k in self.ks.split(",") if self.ks),
@@ -240,44 +243,52 @@ def register(registry: dict, name: str):
 
 
 # Response level. Each mode gives m_i, the expected copies of y_i in its group; w_i = G (1/m_i) / sum_j (1/m_j).
-# Signature: (seq_logprobs [P, G] float64, lengths [P, G] float64 | None, responses: P*G tuples | None) -> m [P, G]
-OCCURRENCES: dict[str, Callable[[Tensor, Tensor | None, list | None], Tensor]] = {}
+# Signature: (seq_logprobs [P, G] float64, lengths [P, G] float64 | None, responses: P*G tuples | None,
+#             keys: P*G canonical keys | None) -> m [P, G]
+OCCURRENCES: dict[str, Callable[[Tensor, Tensor | None, list | None, list | None], Tensor]] = {}
 
 
 @register(OCCURRENCES, "sequence")
-def copies_sequence(lp: Tensor, lengths, responses) -> Tensor:
+def copies_sequence(lp: Tensor, lengths, responses, keys) -> Tensor:
     """m_i = 1 + (G - 1) p_i, p_i = pi_old(y_i|x) = exp(sum_t log pi_old(y_it)): the paper's form."""
     return 1.0 + (lp.shape[1] - 1) * lp.exp()
 
 
 @register(OCCURRENCES, "token-mean")
-def copies_token_mean(lp: Tensor, lengths: Tensor, responses) -> Tensor:
+def copies_token_mean(lp: Tensor, lengths: Tensor, responses, keys) -> Tensor:
     """m_i with p_i = exp(mean_t log pi_old(y_it)), the geometric-mean token probability."""
     return 1.0 + (lp.shape[1] - 1) * (lp / lengths.clamp(min=1)).exp()
 
 
 @register(OCCURRENCES, "count")
-def copies_count(lp: Tensor, lengths, responses: list) -> Tensor:
+def copies_count(lp: Tensor, lengths, responses: list, keys=None) -> Tensor:
     """m_i = c_i, the copies of y_i in its group: identical token ids (the sequences p_i is the probability of)."""
     P, G = lp.shape
     rows = [responses[p * G: (p + 1) * G] for p in range(P)]
     return torch.tensor([[row.count(y) for y in row] for row in rows], dtype=torch.float64, device=lp.device)
 
 
+@register(OCCURRENCES, "canonical")
+def copies_canonical(lp: Tensor, lengths, responses, keys: list) -> Tensor:
+    """m_i = the responses of y_i's group with its canonical key (task-supplied: reco_countdown.response_key)."""
+    return copies_count(lp, lengths, keys)
+
+
 @register(OCCURRENCES, "none")
-def copies_none(lp: Tensor, lengths, responses) -> Tensor:
+def copies_none(lp: Tensor, lengths, responses, keys) -> Tensor:
     """m_i = 1: every response counts once per draw, as in GRPO."""
     return torch.ones_like(lp)
 
 
 def occurrence_weights(seq_logprobs: Tensor, mode: str = "sequence", responses: list | None = None,
-                       lengths: Tensor | None = None, advantages: Tensor | None = None, apply: str = "all") -> Tensor:
+                       lengths: Tensor | None = None, advantages: Tensor | None = None, apply: str = "all",
+                       keys: list | None = None) -> Tensor:
     """ReCo response weights w_i (no gradient), mean 1 within each group.
 
     seq_logprobs: [P, G], sum_t log pi_old(y_it).  w_i = G (1/m_i) / sum_j (1/m_j), m_i = OCCURRENCES[mode].
     `responses` (P*G token-id lists, row-major, or P lists of G) serve "count", and "token-mean" when
-    `lengths` [P, G] is not given. apply="positive" keeps weight 1 wherever advantages [P, G] <= 0 (the
-    others are still divided by the whole group's mean).
+    `lengths` [P, G] is not given; `keys` (P*G canonical keys, row-major) serve "canonical". apply="positive"
+    keeps weight 1 wherever advantages [P, G] <= 0 (the others are still divided by the whole group's mean).
     """
     P, G = seq_logprobs.shape
     if mode not in OCCURRENCES or apply not in ("all", "positive"):
@@ -291,9 +302,9 @@ def occurrence_weights(seq_logprobs: Tensor, mode: str = "sequence", responses: 
             raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
         lengths = (torch.tensor([len(r) for r in flat], dtype=torch.float64, device=seq_logprobs.device).view(P, G)
                    if lengths is None else lengths)
-    if (mode == "count" and flat is None) or (mode == "token-mean" and lengths is None):
-        raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean)")
-    m = OCCURRENCES[mode](seq_logprobs.detach().double(), None if lengths is None else lengths.double(), flat)
+    if (mode == "count" and flat is None) or (mode == "token-mean" and lengths is None) or (mode == "canonical" and keys is None):
+        raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean, keys for canonical)")
+    m = OCCURRENCES[mode](seq_logprobs.detach().double(), None if lengths is None else lengths.double(), flat, keys)
     inv_m = 1.0 / m
     w = inv_m / inv_m.mean(dim=1, keepdim=True)  # [P, G]
     if apply == "positive":
@@ -492,7 +503,8 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         raise ValueError("--kl-coef > 0 needs the base model on the model's device")
     for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
         t0 = time.time()
-        r = rollout(cfg, model, tokenizer, rng.sample(problems, P), G, gen)
+        step_problems = rng.sample(problems, P)
+        r = rollout(cfg, model, tokenizer, step_problems, G, gen)
         A = group_advantages(r["rewards"], scale_by_std=not cfg.no_std) * focal_scale(r["rewards"], loss_cfg.focal_gamma)[:, None]
         A = A.flatten().to(cfg.device)  # [P*G]
         t1 = time.time()
@@ -502,8 +514,11 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         ref_logp = old_stats(cfg, base, seqs, r["resp"])[0] if at_hand else None
         v_old_mean = (v_old * mask).sum() / mask.sum() if loss_cfg.variance_norm == "batch" else torch.ones((), device=cfg.device)
         responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
+        keys, labels = reco_countdown.annotate(step_problems, G, r["texts"], r["resp"], r["mask"], tokenizer)
         w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), loss_cfg.occurrence, responses,
-                               mask.sum(-1).view(P, G), A.view(P, G), loss_cfg.occurrence_apply).flatten()
+                               mask.sum(-1).view(P, G), A.view(P, G), loss_cfg.occurrence_apply, keys).flatten()
+        diagnostics = reco_countdown.step_diagnostics(occurrence_weights, list(OCCURRENCES), old_logp, mask, responses, keys,
+                                                      labels, A.view(P, G), w, v_old, v_old_mean, loss_cfg)
         batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old, ref_logp=ref_logp)
         stats, t2 = {}, time.time()  # stats: name -> one value per update (policy_loss's: per micro-batch)
         with reco_io.training(model, cfg.gradient_checkpointing):
@@ -535,7 +550,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                "w_max": w.max().item(), "v_old_mean": float(v_old_mean),
                "entropy": ((entropy * mask).sum() / mask.sum()).item(),
                **({"kl_base": ((k3(old_logp, ref_logp) * mask).sum() / mask.sum()).item()} if at_hand else {}),
-               "response_length": mask.sum(-1).mean().item(),
+               "response_length": mask.sum(-1).mean().item(), **diagnostics,
                **{k: sum(v) / len(v) for k, v in stats.items()},
                **{k: max(v) for k, v in stats.items() if k.endswith("_max")},
                "time_rollout": t1 - t0, "time_old_stats": t2 - t1, "time_update": time.time() - t2}
@@ -556,7 +571,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
 def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
     """Pass@k averaged over problems, mean accuracy, distinct correct responses, solved-any; per problem the
     correct count and (countdown) the correct samples per FORMS index, plus one column for other shapes."""
-    gen = torch.Generator(cfg.device).manual_seed(cfg.seed + 1)  # the same stream for every model
+    gen = torch.Generator(cfg.device).manual_seed(cfg.seed + 1 if cfg.eval_seed < 0 else cfg.eval_seed)  # same for every model
     n, per_call = cfg.n_eval, max(1, cfg.eval_batch // cfg.n_eval)
     counts, distinct, forms = [], [], []
     for i in tqdm(range(0, len(problems), per_call), desc=f"eval {desc}", leave=False):
@@ -566,7 +581,7 @@ def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
             counts.append(len(correct))
             distinct.append(len(set(correct)))
             if isinstance(problems[0], Problem):
-                found = [countdown_form(t) for t in correct]
+                found = [countdown_form(reco_countdown.answer_text(problems[i + j], t)) for t in correct]
                 forms.append([found.count(f) for f in range(len(FORMS))] + [found.count(None)])
     ks = [int(k) for k in cfg.ks.split(",")] if cfg.ks else default_ks(n)
     return {"pass_at_k": {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks},
@@ -597,7 +612,7 @@ def main(argv: list[str] | None = None) -> dict:
     if cfg.model:
         tokenizer, base = reco_io.load_hf(cfg.model, cfg.device)
     else:
-        tokenizer = char_tokenizer()
+        tokenizer = char_tokenizer(cfg.task)
         base = load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"]))
     base.requires_grad_(False)
     results = {"config": asdict(cfg), "methods": {"base": evaluate(cfg, base, tokenizer, splits["test"], "base")}}

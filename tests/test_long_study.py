@@ -1,0 +1,92 @@
+"""experiments/long_study.py: the selection rule, the budget rule, and a quick end-to-end study whose JSON must have
+the issue's schema and which resumes from its finished runs."""
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+_spec = importlib.util.spec_from_file_location("long_study", ROOT / "experiments" / "long_study.py")
+ls = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ls)
+
+
+def _result(arm, lr, seed, p1, pk, diverged=False):
+    return {"spec": {"phase": "select", "arm": arm, "lr": lr, "seed": seed}, "stopped": None,
+            "trajectory": [{"step": 120, "pass_at_k": {"1": p1, "64": pk}}], "divergence": {"diverged": diverged}}
+
+
+def test_selection_rule_on_synthetic_scores():
+    plan = {"arms": ["grpo", "reco"], "lrs": (1e-4, 2e-4), "select": (20, 21), "steps": 120, "k": "64"}
+    results = [_result("grpo", 1e-4, s, 0.200, 0.8) for s in (20, 21)] + [_result("grpo", 2e-4, s, 0.205, 0.7) for s in (20, 21)]
+    results += [_result("reco", 1e-4, s, 0.10, 0.9) for s in (20, 21)]
+    results += [_result("reco", 2e-4, 20, 0.30, 0.5), _result("reco", 2e-4, 21, 0.30, 0.5, diverged=True)]
+    sel = ls.selection(results, plan)
+    # grpo: 0.205 and 0.200 tie within 0.01, the tie goes to Pass@64 (0.8); reco: 2e-4 has a diverged seed
+    assert sel["choices"] == {"grpo": 1e-4, "reco": 1e-4}
+    assert ls.selection(results[:-1], plan)["choices"] == {"grpo": 1e-4}  # an unfinished lr: no choice yet
+
+
+def test_budget_rule_and_minimum_detectable_effect():
+    plan = {"arms": list(ls.ARMS), "lrs": (1e-4, 2e-4), "select": (20, 21), "confirm": tuple(range(8)), "steps": 120,
+            "eval_every": 20}
+    timing = {"arms": {a: {"s_per_step": 2.0} for a in ls.ARMS}, "s_per_eval_n128": 30.0, "s_per_eval_n256": 60.0}
+    # per run at n = 128: 120 * 2 + 6 * 30 = 420 s; 12 runs per arm, 6 arms, 2 jobs: 12 * 6 * 420 / 2 / 3600 = 4.2 h
+    assert ls.projected_hours(timing, list(ls.ARMS), 128, plan) == pytest.approx(4.2)
+    out = ls.budget(timing, plan)  # at n = 256: 600 s per run, 6.0 h: within the budget
+    assert out["n_eval"] == 256 and out["arms"] == list(ls.ARMS)
+    slow = {**timing, "arms": {a: {"s_per_step": 4.0} for a in ls.ARMS}}  # n = 128: 660 s per run, 6.6 h: drop one arm
+    out = ls.budget(slow, plan)
+    assert out["n_eval"] == 128 and out["arms"] == [a for a in ls.ARMS if a != "reco-canonical-positive"]
+    assert out["within_budget"] is True
+    assert ls.budget({**timing, "arms": {a: {"s_per_step": 40.0} for a in ls.ARMS}}, plan)["within_budget"] is False
+    # MDE: (t_{1-0.05/3, 7} + t_{0.8, 7}) sd / sqrt(8), t_{0.975, 7} = 2.365 and t_{0.8, 7} = 0.896 from tables
+    assert ls.t_quantile(0.975, 7) == pytest.approx(2.365, abs=1e-3)
+    assert ls.t_quantile(0.8, 7) == pytest.approx(0.896, abs=1e-3)
+    assert ls.minimum_detectable_effect(8, sd=1.0) == pytest.approx((ls.t_quantile(1 - 0.05 / 3, 7) + 0.896) / 8 ** 0.5,
+                                                                     abs=1e-3)
+
+
+def test_plan_takes_n_and_arms_from_a_timing_of_this_base_only():
+    args = ls.argparse.Namespace(out="x", quick=False, timing=False)
+    budget = {"n_eval": 256, "arms": ["grpo", "reco-token", "reco-canonical"]}
+    plan = ls.make_plan(args, {"task_flags": ls.TASK_FLAGS, "budget": budget})
+    assert plan["n_eval"] == 256 and plan["arms"] == budget["arms"]
+    other = ls.make_plan(args, {"task_flags": ["--task", "countdown-long", "--sft-steps", "1"], "budget": budget})
+    assert other["n_eval"] == ls.N_EVAL and other["arms"] == list(ls.ARMS)  # a timing of another base is ignored
+
+
+@pytest.mark.slow
+def test_quick_study_end_to_end_schema_and_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # reco_mini caches the SFT base under ./runs/cache
+    out = tmp_path / "runs" / "q"
+    summary = ls.main(["--quick", "--out", str(out), "--results", str(tmp_path / "q.json")])
+    on_disk = json.loads((tmp_path / "q.json").read_text())
+    assert (tmp_path / "q.png").exists() and not on_disk["partial"]
+    for key in ("arms", "selection", "primary", "endpoint_matched", "inertness", "update_share", "compute"):
+        assert key in on_disk, key
+    arms = ls.QUICK["arms"]
+    assert set(on_disk["arms"]) == set(arms) and on_disk["selection"]["choices"].keys() == set(arms)
+    for arm in arms:
+        a = on_disk["arms"][arm]
+        assert a["seeds"] == list(ls.QUICK["confirm"])
+        for traj in a["trajectory"]:
+            assert [row["step"] for row in traj] == [1, 2]
+            row = traj[-1]
+            assert set(row["pass_at_k"]) == {"1", "2", "4", "8"} and len(row["counts"]) == 8
+            assert set(ls.DIAGNOSTICS) <= set(row["diagnostics"])
+        assert set(on_disk["inertness"][arm]) >= {"sequence", "token-mean", "count", "canonical", "none"}
+        assert set(on_disk["update_share"][arm]) == {"fork", "style", "determined", "other"}
+    assert [h["name"] for h in on_disk["primary"]] == ["H1", "H2", "H3", "H4"]
+    assert all("p_holm" in h and "p_tost" in h for h in on_disk["primary"][1:])
+    assert summary["compute"]["runs_this_invocation"] == 1 + len(arms) * (1 + len(ls.QUICK["confirm"]))
+    # resume: nothing reruns; a removed run, and only it, is redone, and the summary is the same
+    again = ls.main(["--quick", "--out", str(out), "--results", str(tmp_path / "q.json")])
+    assert again["compute"]["runs_this_invocation"] == 0 and again["primary"] == summary["primary"]
+    (out / "confirm" / "grpo" / f"lr{ls.QUICK['lrs'][0]:g}" / "seed401" / "result.json").unlink()
+    third = ls.main(["--quick", "--out", str(out), "--results", str(tmp_path / "q.json")])
+    assert third["compute"]["runs_this_invocation"] == 1
+    assert third["arms"]["grpo"]["trajectory"] == summary["arms"]["grpo"]["trajectory"]  # redone to the bit
