@@ -104,10 +104,9 @@ def checks() -> list[Check]:
         Check("memory_slope", {"gpu": 110, "cpu-smoke": 240}, _own_check("memory_slope")),
         Check("end_to_end", {"gpu": 160, "cpu-smoke": 420}, _own_check("end_to_end")),
         Check("rollout", {"gpu": 60, "cpu-smoke": 240}, _own_check("rollout"), needs="vllm"),
-        # e.g. the one-GPU memory of reco_mini (benchmarks/mini_memory.py), once it exists:
-        # Check("mini_memory", {"gpu": 90, "cpu-smoke": 120}, lambda smoke, out: [
-        #     sys.executable, str(ROOT / "benchmarks/mini_memory.py"), "--acceptance", *(["--smoke"] if smoke else []),
-        #     "--json", out]),
+        Check("mini_memory", {"gpu": 120, "cpu-smoke": 120}, lambda smoke, out: [  # reco_mini on one GPU (issue 21)
+            sys.executable, str(ROOT / "benchmarks/mini_memory.py"), "--acceptance", *(["--smoke"] if smoke else []),
+            "--json", out]),
     ]
 
 
@@ -262,7 +261,7 @@ def _kernel_row(device, size: dict, V: int, bandwidth: dict) -> dict:
     backend = resolve_backend("triton", torch.empty(0, device=device))  # "chunked" where Triton cannot build
 
     def naive(h, w, y):
-        logits = (h @ w.T).float() / tau
+        logits = (h.float() @ w.float().T) / tau  # fp32 product, as the fused head keeps its tiles
         logp_all = F.log_softmax(logits, -1)
         probs = logp_all.exp()
         return logp_all.gather(1, y[:, None])[:, 0], 1 - probs.detach().square().sum(-1), -(probs * logp_all).sum(-1)

@@ -17,7 +17,7 @@ so the study can be stopped and resumed. The summary goes to --results (JSON, an
   python experiments/long_study.py --timing              # 5 RL steps per arm and one evaluation: the budget's inputs
   python experiments/long_study.py --jobs 2              # the study (BUDGET states the projected compute)
   python experiments/long_study.py --quick               # smoke test: tiny model and budget, under a minute
-  python experiments/long_study.py --aggregate-only --write-docs docs/long_study.md
+  python experiments/long_study.py --aggregate-only --write-docs docs/results.md
 """
 from __future__ import annotations
 

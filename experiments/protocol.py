@@ -19,7 +19,7 @@ for p from the first checkpoint's Pass@1 up to the highest Pass@1 the run reache
 results/frontier_study.json (k = 256, the largest k it stores; its confirmatory results are left untouched), writes
 results/frontier_reanalysis.json and, with --write-docs, the generated block between the frontier-reanalysis markers.
 
-  python experiments/protocol.py --write-docs docs/long_study.md
+  python experiments/protocol.py --write-docs docs/results.md
 """
 from __future__ import annotations
 

@@ -125,5 +125,7 @@ def test_cpu_smoke_runs_every_check(tmp_path):
     e2e = report["checks"]["end_to_end"]
     assert [r["step"] for r in e2e["log"]] == [1, 2, 3] and [r["resumed"] for r in e2e["runs"]] == [False, True]
     assert e2e["exported"]
+    mini = checks["mini_memory"]  # reco_mini's one-GPU step (benchmarks/mini_memory.py --acceptance --smoke)
+    assert mini["ok"] and mini["peak_gb"] > 0 and mini["device"] == "cpu", mini
     if importlib.util.find_spec("vllm") is None:
         assert "skipped" in checks["rollout"]
