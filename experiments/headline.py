@@ -1,8 +1,9 @@
 """The README's headline findings, written from the committed results JSON, never typed.
 
 It reuses the studies' own generated sentences: the exploratory CPU study's concentration claim
-(experiments/cpu_study.py `claims`) and the frontier study's tested hypotheses (experiments/frontier_study.py
-`claims`). tests/test_docs.py checks that the README's block is what this renders from the committed files.
+(experiments/cpu_study.py `claims`), the frontier study's tested hypotheses (experiments/frontier_study.py
+`claims`) and, labelled exploratory, the whole-trajectory re-analysis of that study (experiments/protocol.py
+`verdict`). tests/test_docs.py checks that the README's block is what this renders from the committed files.
 
   python experiments/headline.py --write README.md
 """
@@ -16,19 +17,30 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpu_study  # noqa: E402
 import frontier_study  # noqa: E402
+import protocol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
-FRONTIER, CPU = "results/frontier_study.json", "results/cpu_study.json"
+FRONTIER, CPU, REANALYSIS = "results/frontier_study.json", "results/cpu_study.json", "results/frontier_reanalysis.json"
 
 
-def render(frontier: dict, cpu: dict) -> str:
+def trajectory_sentences(reanalysis: dict) -> list[str]:
+    """One sentence per comparison: the mean Pass@k gap over the Pass@1 range both runs' checkpoints cover."""
+    out = []
+    for name, c in reanalysis["comparisons"].items():
+        p = c["primary"]
+        out.append(f"{name}: {p['mean']:+.3f} (95% CI {p['ci_low']:+.3f}, {p['ci_high']:+.3f}), n = {p['n']}: "
+                   f"{protocol.verdict(p)}")
+    return out
+
+
+def render(frontier: dict, cpu: dict, reanalysis: dict) -> str:
     """The block: the concentration sentence, the tested hypotheses, the frontier plot and where the rest is."""
     design, hypotheses = frontier["design"], frontier["hypotheses"]
     concentration = next(c for c in cpu_study.claims(cpu) if c.startswith("**Concentration.**"))
     tested = frontier_study.claims(frontier)[: len(hypotheses)]
     return "\n".join([
-        f"_Generated from `{FRONTIER}` and `{CPU}` by `python experiments/headline.py --write README.md`; "
+        f"_Generated from `{FRONTIER}`, `{REANALYSIS}` and `{CPU}` by `python experiments/headline.py --write README.md`; "
         "rerun it rather than editing._",
         "",
         f"- Exploratory study ({len(cpu['study']['seeds'])} "
@@ -36,6 +48,9 @@ def render(frontier: dict, cpu: dict) -> str:
         f"- Pre-registered frontier study ({len(design['confirm_seeds'])} fresh seeds, each method at the setting chosen "
         f"on the validation split, compared at matched Pass@1; Holm-corrected):",
         *[f"  - {sentence}" for sentence in tested],
+        f"- Exploratory, added after the fact: the same runs read along their whole trajectories (Pass@{reanalysis['k']} "
+        "gap to GRPO averaged over the Pass@1 range that both runs' measured checkpoints cover; docs/results.md):",
+        *[f"  - {sentence}" for sentence in trajectory_sentences(reanalysis)],
         "",
         "![The matched frontier and the training trajectories](results/frontier_study.png)",
     ])
@@ -53,7 +68,7 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", type=Path, help="page to fill between the headline markers (README.md)")
     args = parser.parse_args(argv)
-    block = render(json.loads((ROOT / FRONTIER).read_text()), json.loads((ROOT / CPU).read_text()))
+    block = render(*(json.loads((ROOT / path).read_text()) for path in (FRONTIER, CPU, REANALYSIS)))
     if args.write:
         write(args.write, block)
     else:
