@@ -186,6 +186,9 @@ def validate(cfg: RunConfig) -> None:
     for name, ok, message in LossConfig.checks(cfg.algo):
         if not ok:
             raise ConfigError(f"config key 'algo.{name}' {message}, got {getattr(cfg.algo, name)!r}")
+    if cfg.algo.occurrence == "canonical":
+        raise ConfigError("config key 'algo.occurrence' canonical is not supported by reco_scaled yet: its "
+                          "canonical keys come from reco_mini's tasks only (reco_countdown.response_key); use count")
     if problem := reco_log.check_sinks(cfg.train.loggers):
         raise ConfigError(f"config key 'train.loggers' {problem}")
     if cfg.rollout.group_size < 2:

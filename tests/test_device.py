@@ -14,6 +14,7 @@ from reco_mini import OCCURRENCES, TOKEN_RATIOS, LossConfig, focal_scale, group_
 META = torch.device("meta")
 P, G, T = 3, 4, 5
 RESPONSES = [[1, 2], [1, 2], [3], [4, 5, 6]] * P  # P*G token-id lists, row-major; copies within each group
+KEYS = ["a+b", "a+b", "c", "a+b"] * P  # P*G canonical keys, for "canonical"
 
 
 def meta(*shape, dtype=torch.float32):
@@ -27,7 +28,7 @@ def assert_meta(x):
 @pytest.mark.parametrize("apply", ["all", "positive"])
 @pytest.mark.parametrize("mode", sorted(OCCURRENCES))
 def test_occurrence_weights_stay_on_the_input_device(mode, apply):
-    kw = {"advantages": meta(P, G)} if apply == "positive" else {}
+    kw = ({"advantages": meta(P, G)} if apply == "positive" else {}) | {"keys": KEYS}
     w = occurrence_weights(meta(P, G), mode, RESPONSES, None, apply=apply, **kw)  # lengths built from responses
     assert_meta(w)
     assert w.shape == (P, G)
@@ -38,7 +39,7 @@ def test_occurrence_weights_stay_on_the_input_device(mode, apply):
 @pytest.mark.parametrize("mode", sorted(OCCURRENCES))
 def test_each_registered_occurrence_mode_stays_on_the_input_device(mode):
     m = OCCURRENCES[mode](meta(P, G, dtype=torch.float64), meta(P, G, dtype=torch.float64),
-                          [tuple(r) for r in RESPONSES])
+                          [tuple(r) for r in RESPONSES], KEYS)
     assert_meta(m)
 
 

@@ -158,3 +158,8 @@ def test_memory_command_takes_the_gpu_size(capsys):
     assert vllm.gb == pytest.approx(cfg.rollout.gpu_memory_utilization * 141.0)
     with pytest.raises(SystemExit):
         main(["--gpu-gb", "0"])
+
+
+def test_canonical_occurrence_is_refused_at_start():  # its keys come from reco_mini's tasks only
+    with pytest.raises(ConfigError, match="'algo.occurrence' canonical"):
+        load_config(TINY, ["algo.occurrence=canonical"])

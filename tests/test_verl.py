@@ -435,6 +435,7 @@ if verl is not None:
         ({"actor_rollout_ref__actor__loss_agg_mode": "token-sum"}, "actor_rollout_ref.actor.loss_agg_mode"),
         ({"actor_rollout_ref__actor__strategy": "megatron"}, "actor_rollout_ref.actor.strategy"),
         ({"reco__occurrence": "bogus"}, "reco.occurrence"),
+        ({"reco__occurrence": "canonical"}, "reco.occurrence"),
         ({"reco__variance_cap": -1.0}, "reco.variance_cap"),
         ({"reco__method": "ppo"}, "reco.method"),
         ({"reco__gamma": 1.0}, "reco.gamma"),

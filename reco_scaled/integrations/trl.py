@@ -159,6 +159,8 @@ def refused_settings(args: GRPOConfig) -> list[str]:
                                                           "clip (which delta becomes) must lie above the clip range"),
         (args.beta == 0 or not args.use_bias_correction_kl, "beta > 0 with use_bias_correction_kl=True: reco_mini's "
                                                             "KL term is the plain k3; set use_bias_correction_kl=False"),
+        (getattr(args, "occurrence", "") != "canonical", "occurrence='canonical': its canonical keys come from "
+                                                          "reco_mini's tasks only (reco_countdown.response_key); use count"),
         (args.top_entropy_quantile == 1.0, "top_entropy_quantile < 1"),
         (args.entropy_coef == 0 and not args.use_adaptive_entropy, "an entropy bonus (entropy_coef, use_adaptive_entropy)"),
         (not (args.use_vllm and args.vllm_importance_sampling_correction

@@ -155,6 +155,8 @@ def check_config(config) -> LossConfig:
          "must be null: rollout rejection sampling is not supported"),
         ("algorithm.rollout_correction.bypass_mode", not _get(config, "algorithm.rollout_correction.bypass_mode", False),
          "must be false: ReCo needs the old-policy pass (V_old)"),
+        ("reco.occurrence", settings.occurrence != "canonical",
+         "canonical is not supported: its canonical keys come from reco_mini's tasks only; use count"),
         ("distillation.enabled", not _get(config, "distillation.enabled", False),
          "must be false: on-policy distillation replaces the actor loss"),
     ]
