@@ -471,7 +471,7 @@ def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Ge
         resp, mask = sample(model, enc.input_ids, enc.attention_mask, cfg.max_new_tokens, cfg.temperature,
                             tokenizer.eos_token_id, tokenizer.pad_token_id, gen)
     texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
-    rewards = torch.tensor([reward(p, t) for p, t in zip([p for p in problems for _ in range(n)], texts)])
+    rewards = torch.tensor([reward(p, t) for p, t in zip([p for p in problems for _ in range(n)], texts)], device="cpu")
     return dict(prompt_ids=enc.input_ids, prompt_mask=enc.attention_mask, resp=resp, mask=mask, texts=texts,
                 rewards=rewards.view(len(problems), n))
 

@@ -369,9 +369,11 @@ class RecoTrainer(PPOTrainerSync):
         for row, (uid, pad) in enumerate(zip(uids, padding)):
             if not pad:
                 groups[uid].append(row)
-        weights, scale = torch.ones(len(uids), dtype=torch.float64), torch.ones(len(uids), dtype=torch.float64)
+        dev = seq_lp.device  # the driver's batch (TransferQueue): the CPU today; follow it if that changes
+        weights = torch.ones(len(uids), dtype=torch.float64, device=dev)
+        scale = torch.ones_like(weights)
         for rows in groups.values():
-            idx = torch.tensor(rows)
+            idx = torch.tensor(rows, device=dev)
             if cfg.occurrence != "none":
                 weights[idx] = occurrence_weights(seq_lp[idx].view(1, -1), cfg.occurrence,
                                                   None if responses is None else [responses[r] for r in rows],
@@ -381,7 +383,7 @@ class RecoTrainer(PPOTrainerSync):
                 scale[idx] = focal_scale(rewards[idx].view(1, -1), cfg.focal_gamma).expand(len(rows))
 
         fields_out = {}
-        real = torch.tensor([not p for p in padding])
+        real = torch.tensor([not p for p in padding], device=dev)
         if cfg.occurrence != "none":
             fields_out["reco_weights"] = weights.float()
             metrics |= {"reco/w_mean": weights[real].mean().item(), "reco/w_min": weights[real].min().item(),
@@ -396,7 +398,7 @@ class RecoTrainer(PPOTrainerSync):
             v_mean = ((v_old * real_mask).sum() / real_mask.sum().clamp(min=1)).item() if cfg.variance_norm == "batch" else 1.0
             if not math.isfinite(v_mean) or v_mean <= 0:
                 raise ValueError(f"reco: mean V_old over the batch is {v_mean}; reco.variance_norm=none avoids dividing by it")
-            fields_out["reco_v_old_mean"] = torch.full((len(uids),), v_mean, dtype=torch.float32)
+            fields_out["reco_v_old_mean"] = torch.full((len(uids),), v_mean, dtype=torch.float32, device=dev)
             metrics["reco/v_old_mean"] = v_mean
         if fields_out:
             tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
