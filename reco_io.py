@@ -14,7 +14,7 @@ import random
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import field, fields
 from pathlib import Path
 from typing import NoReturn
 
@@ -23,6 +23,49 @@ import torch.nn.functional as F
 from torch import Tensor
 
 PROG = "reco_mini.py"
+
+
+def opt(default, help: str):
+    """A config field with its --help text beside it."""
+    return field(default=default, metadata={"help": help})
+
+
+class ConfigError(ValueError):  # a bad setting; the message names the flag
+    def __init__(self, name: str, message: str):
+        super().__init__(f"--{name.replace('_', '-')} {message}")
+        self.name, self.message = name, message
+
+
+def run_checks(cfg, methods: list[str]) -> list[tuple[str, bool, str]]:
+    """reco_mini.Config's checks of the run's own settings (task, files, sizes, flags): (field, ok, message)."""
+    import reco_log
+
+    n = cfg.prompts_per_step * cfg.group_size
+    return [
+        ("methods", all(m in methods for m in cfg.method_list),
+         f"must be a comma-separated subset of {list(methods)}"),
+        ("task", cfg.task in ("countdown", "countdown-long", "math"), "must be countdown, countdown-long or math"),
+        ("task", cfg.task != "math" or bool(cfg.model and cfg.data), "math needs --model and --data"),
+        ("data", not cfg.data or Path(cfg.data).is_file(), f"{cfg.data}: no such file"),
+        ("eval_data", not cfg.eval_data or Path(cfg.eval_data).is_file(), f"{cfg.eval_data}: no such file"),
+        ("steps", cfg.steps >= 1, "must be >= 1"),
+        ("group_size", cfg.group_size >= 2, "must be >= 2"),
+        ("temperature", cfg.temperature > 0, "must be > 0 (sampling divides the logits by it)"),
+        ("lr", cfg.lr > 0, "must be > 0"),
+        ("grad_clip", cfg.grad_clip >= 0, "must be >= 0"),
+        ("minibatches", cfg.minibatches >= 1 and n % cfg.minibatches == 0,
+         f"must divide prompts-per-step x group-size ({n})"),
+        ("n_train", cfg.task == "math" or cfg.n_train >= cfg.prompts_per_step,
+         "must be >= --prompts-per-step"),
+        ("n_eval", cfg.n_eval >= 1, "must be >= 1"),
+        ("ks", all(k.strip().isdigit() and 1 <= int(k) <= cfg.n_eval for k in cfg.ks.split(",") if cfg.ks),
+         "must be integers in [1, --n-eval]"),
+        ("eval_every", cfg.eval_every >= 0, "must be >= 0"),
+        ("micro_batch", cfg.micro_batch >= 0, "must be >= 0 (0 = the whole mini-batch)"),
+        ("dtype", cfg.dtype in ("float32", "bfloat16"), "must be float32 or bfloat16"),
+        ("log", not reco_log.check_sinks(cfg.log), reco_log.check_sinks(cfg.log)),
+        ("head_chunk", cfg.head_chunk >= -1, "must be >= 0 (0 = full logits), or -1 for the task's default"),
+    ]
 
 
 def fail(message: str) -> None:
@@ -108,6 +151,18 @@ def load_hf(name_or_path: str, device: str):
         fail(f"--model {name_or_path}: cannot load it ({str(e).strip().splitlines()[0]})")
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     return tokenizer, model
+
+
+@torch.no_grad()
+def check_lm_head(model) -> None:
+    """--head-chunk makes the logits as lm_head(decoder's last hidden state): refuse a model whose forward does more
+    there (a logit scale, a soft cap), by comparing both on four tokens."""
+    ids = torch.arange(1, 5, device=model.device)[None] % model.config.vocab_size
+    full = model(input_ids=ids, use_cache=False).logits.float()
+    split = model.get_output_embeddings()(model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state).float()
+    if not torch.allclose(full, split, rtol=1e-4, atol=1e-4):
+        raise ValueError(f"--head-chunk: {type(model).__name__}'s logits are not its lm head applied to the last hidden "
+                         "state; use --head-chunk 0")
 
 
 @torch.no_grad()

@@ -33,7 +33,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -47,7 +47,7 @@ import reco_io  # plumbing: command line, files, model loading, precision, table
 import reco_log  # log.jsonl, and TensorBoard / W&B on request
 from reco_countdown import FORMS, Problem, char_tokenizer, countdown_form, countdown_reward, load_base, make_splits
 from reco_grader import grade_answer  # math answers: safe parser + sympy, time-bounded
-from reco_io import sample  # the ancestral sampler with a KV cache for any HF causal LM
+from reco_io import ConfigError, opt, sample  # a flag's error and help text; the KV-cache sampler
 
 METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
     "grpo": ("none", "is", 0.0),
@@ -56,17 +56,6 @@ METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
     "reco-token": ("none", "variance", 0.0),
     "f-grpo": ("none", "is", 1.0),
 }
-
-
-def opt(default, help: str):
-    """A config field with its --help text beside it."""
-    return field(default=default, metadata={"help": help})
-
-
-class ConfigError(ValueError):  # a bad setting; the message names the flag
-    def __init__(self, name: str, message: str):
-        super().__init__(f"--{name.replace('_', '-')} {message}")
-        self.name, self.message = name, message
 
 
 @dataclass
@@ -150,6 +139,8 @@ class Config(LossConfig):
     eval_every: int = opt(0, "evaluate on the validation split every N RL steps (0 = only at the end)")
     ks: str = opt("", "comma-separated k for Pass@k (default 1, 2, 4, ..., n_eval)")
     micro_batch: int = opt(0, "rows per forward (old statistics, updates); gradients add up over the mini-batch (0 = all)")
+    head_chunk: int = opt(-1, "row-tokens per slice of the lm head: no [rows, tokens, vocab] logits are kept, each slice "
+                              "is remade in backward (0 = full logits; -1 = 256 for --task math, else 0)")
     dtype: str = opt("float32", "float32 | bfloat16: bf16 autocast over fp32 master weights (CPU too: docs/one_gpu.md)")
     gradient_checkpointing: bool = opt(False, "recompute each decoder layer's activations in the backward pass")
     log: str = opt("", "also log every RL step to: tensorboard, wandb (comma-separated; log.jsonl is always written)")
@@ -160,35 +151,12 @@ class Config(LossConfig):
         self.max_new_tokens = self.max_new_tokens or lengths.get(self.task, 1024)
         self.out = self.out or ("runs/quick" if self.quick else "runs/default")
         self.eval_batch = self.eval_batch or (64 if self.task == "math" else 4096)
+        self.head_chunk = (256 if self.task == "math" else 0) if self.head_chunk < 0 else self.head_chunk
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
     def checks(self) -> list[tuple[str, bool, str]]:
-        n = self.prompts_per_step * self.group_size
-        return super().checks() + [
-            ("methods", all(m in METHODS for m in self.method_list),
-             f"must be a comma-separated subset of {list(METHODS)}"),
-            ("task", self.task in ("countdown", "countdown-long", "math"), "must be countdown, countdown-long or math"),
-            ("task", self.task != "math" or bool(self.model and self.data), "math needs --model and --data"),
-            ("data", not self.data or Path(self.data).is_file(), f"{self.data}: no such file"),
-            ("eval_data", not self.eval_data or Path(self.eval_data).is_file(), f"{self.eval_data}: no such file"),
-            ("steps", self.steps >= 1, "must be >= 1"),
-            ("group_size", self.group_size >= 2, "must be >= 2"),
-            ("temperature", self.temperature > 0, "must be > 0 (sampling divides the logits by it)"),
-            ("lr", self.lr > 0, "must be > 0"),
-            ("grad_clip", self.grad_clip >= 0, "must be >= 0"),
-            ("minibatches", self.minibatches >= 1 and n % self.minibatches == 0,
-             f"must divide prompts-per-step x group-size ({n})"),
-            ("n_train", self.task == "math" or self.n_train >= self.prompts_per_step,
-             "must be >= --prompts-per-step"),
-            ("n_eval", self.n_eval >= 1, "must be >= 1"),
-            ("ks", all(k.strip().isdigit() and 1 <= int(k) <= self.n_eval for k in self.ks.split(",") if self.ks),
-             "must be integers in [1, --n-eval]"),
-            ("eval_every", self.eval_every >= 0, "must be >= 0"),
-            ("micro_batch", self.micro_batch >= 0, "must be >= 0 (0 = the whole mini-batch)"),
-            ("dtype", self.dtype in ("float32", "bfloat16"), "must be float32 or bfloat16"),
-            ("log", not reco_log.check_sinks(self.log), reco_log.check_sinks(self.log)),
-        ]
+        return super().checks() + reco_io.run_checks(self, list(METHODS))  # the run's: task, files, sizes, flags
 
     @property
     def method_list(self) -> list[str]:
@@ -333,11 +301,15 @@ def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256) -> tuple[Tensor, Tensor, Tensor]:
+def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256,
+                head: torch.nn.Module | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """token_logprobs, variance_stat and token_entropy in one pass, bit for bit, without their fp32 copies of
     [B, T, V]: one fp32 slice of about `chunk` tokens at a time. log pi's gradient recomputes its slice in the
-    backward pass (checkpoint), so only the logits stay alive. [B,T,V],[B,T] -> 3 x [B,T]; V and H: no gradient."""
+    backward pass (checkpoint), so only the logits stay alive. [B,T,V],[B,T] -> 3 x [B,T]; V and H: no gradient.
+    With `head` (the lm head), `logits` are the last hidden states [B,T,H]: each slice makes its logits, and the
+    backward pass remakes them, so no [B, T, V] tensor is ever kept (--head-chunk)."""
     def one_slice(z: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        z = z if head is None else head(z)
         z = (z.double() if z.dtype == torch.float64 else z.float()) / temperature  # the slice's one upcast
         logp = F.log_softmax(z, dim=-1)
         with torch.no_grad():
@@ -442,12 +414,25 @@ def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tens
 # Rollouts: sample (reco_io.sample, a KV-cache sampler), decode, score.
 # =============================================================================
 
-def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor) -> Tensor:
-    """Logits at the positions that predict each response token: [B, T, V]."""
+def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor,
+                    hidden: bool = False) -> Tensor:
+    """Logits at the positions that predict each response token: [B, T, V]. With `hidden`, the decoder's last
+    hidden states there instead, [B, T, H], from which the lm head makes those logits (token_stats' head)."""
     ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits
-    return logits[:, prompt_ids.shape[1] - 1: -1]
+    if hidden:
+        out = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
+    else:
+        out = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits
+    return out[:, prompt_ids.shape[1] - 1: -1]
+
+
+def forward_stats(cfg: Config, model, seqs: tuple, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """token_stats of rollout rows `rows` (seqs: prompt_ids, prompt_mask, resp, mask) under `model`, from its full
+    logits or, with --head-chunk N, from its hidden states, N row-tokens per slice of the lm head."""
+    x = response_logits(model, *(s[rows] for s in seqs), hidden=cfg.head_chunk > 0)
+    head = model.get_output_embeddings() if cfg.head_chunk > 0 else None
+    return token_stats(x, seqs[2][rows], cfg.temperature, cfg.head_chunk or 256, head)
 
 
 def prompt_text(problem, tokenizer) -> str:
@@ -480,11 +465,11 @@ def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Ge
 # RL: rollout -> reward -> advantage -> old stats -> weights -> updates (design 2)
 # =============================================================================
 
-def old_stats(cfg: Config, model, seqs: tuple, resp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def old_stats(cfg: Config, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
     """log pi(y_t), V(s_t) and H(s_t) of the whole rollout batch under `model`, cfg.micro_batch rows per forward."""
+    rows = torch.arange(len(seqs[2]), device=seqs[2].device)
     with torch.no_grad(), reco_io.autocast(cfg.device, cfg.dtype):
-        parts = [token_stats(response_logits(model, *(x[i] for x in seqs)), resp[i], cfg.temperature)
-                 for i in torch.arange(len(resp), device=resp.device).split(cfg.micro_batch or len(resp))]
+        parts = [forward_stats(cfg, model, seqs, i) for i in rows.split(cfg.micro_batch or len(rows))]
     return tuple(torch.cat(t) for t in zip(*parts))
 
 
@@ -495,12 +480,14 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
     loss_cfg = loss_config(cfg, method)
     rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    P, G, tau = cfg.prompts_per_step, cfg.group_size, cfg.temperature
+    P, G = cfg.prompts_per_step, cfg.group_size
     ckpt, log = run_dir / "model.pt", reco_log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
     trajectory = open(run_dir / "trajectory.jsonl", "w", buffering=1) if cfg.eval_every and eval_problems else None
     precision, at_hand = reco_io.autocast(cfg.device, cfg.dtype), base is not None and base.device == model.device
     if loss_cfg.kl_coef > 0 and not at_hand:
         raise ValueError("--kl-coef > 0 needs the base model on the model's device")
+    if cfg.head_chunk > 0:
+        reco_io.check_lm_head(model)  # the logits must be lm_head(last hidden state), nothing more
     for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
         t0 = time.time()
         step_problems = rng.sample(problems, P)
@@ -510,8 +497,8 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         t1 = time.time()
         mask = r["mask"].float()
         seqs = (r["prompt_ids"], r["prompt_mask"], r["resp"], r["mask"])
-        old_logp, v_old, entropy = old_stats(cfg, model, seqs, r["resp"])
-        ref_logp = old_stats(cfg, base, seqs, r["resp"])[0] if at_hand else None
+        old_logp, v_old, entropy = old_stats(cfg, model, seqs)
+        ref_logp = old_stats(cfg, base, seqs)[0] if at_hand else None
         v_old_mean = (v_old * mask).sum() / mask.sum() if loss_cfg.variance_norm == "batch" else torch.ones((), device=cfg.device)
         responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
         keys, labels = reco_countdown.annotate(step_problems, G, r["texts"], r["resp"], r["mask"], tokenizer)
@@ -528,7 +515,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                     loss = 0.0
                     for mic in idx.split(cfg.micro_batch or len(idx)):  # gradients add up over the mini-batch
                         with precision:
-                            logp, v, _ = token_stats(response_logits(model, *(x[mic] for x in seqs)), r["resp"][mic], tau)
+                            logp, v, _ = forward_stats(cfg, model, seqs, mic)
                         mb = {k: x[mic] for k, x in batch.items() if x is not None} | {"v_old_mean": v_old_mean}
                         part, s = policy_loss(logp, mb, loss_cfg, v=v, num_tokens=mask[idx].sum(), num_seqs=len(idx))
                         part.backward()  # normalised by the mini-batch's tokens/sequences: the parts sum to its loss

@@ -7,29 +7,35 @@
 Measured (each number in a fresh child process; RSS high-water mark on CPU, torch.cuda.max_memory_allocated
 on CUDA): one RL step (reco_mini.train_rl, grpo, 1 step, 1 epoch, 1 mini-batch of all rows) and one evaluation
 (reco_mini.evaluate, one sampling call) on a random model with Qwen2.5's real vocabulary (151,936) but a small
-body (1 layer, hidden 64), at three sizes of rows x new tokens (evaluation: the two larger), in two settings:
+body (1 layer, hidden 64), on a grid of rows x new tokens (SIZES; evaluation: the larger token count), in three
+settings:
 
 - before: commit c15662b's train_rl (tests/fixtures/train_rl_c15662b.py, verbatim): one forward over the
   whole rollout batch and each whole mini-batch, fp32, the base model on the device; evaluation in fp32.
-- after: today's train_rl with --micro-batch 4 --dtype bfloat16 --gradient-checkpointing and no base on the
-  device (--kl-coef 0).
-Evaluation is today's code in both (fp32, then bf16); only its precision differs.
+- micro: today's train_rl with --micro-batch 4 --dtype bfloat16 --gradient-checkpointing and --head-chunk 0
+  (full logits per micro-batch: what the previous stop measured), no base on the device (--kl-coef 0).
+- after: the same flags with the math default --head-chunk 256: the lm head runs per slice of 256 row-tokens
+  from the hidden states, and no [rows, tokens, vocab] logits are kept.
+Evaluation is today's code in before and after (fp32, then bf16); only its precision differs.
 
-Slopes: bytes per rollout row-token (rows x (prompt + new tokens)) from the two sizes that differ in rows, and,
-for `after`, bytes per micro-batch row-token from the two sizes that differ in tokens. A 1-layer, 64-wide body
-holds almost no activations, so these slopes are the vocabulary's part: logits, their fp32 copies, softmax.
+The fit: the memory above the loaded model is a + b rows + c seq + d rows seq (seq = prompt + new tokens), solved
+exactly on the 2 x 2 grid. b (per row: the sampler's [rows, vocab] logits), c (per token at a fixed number of rows:
+the micro-batch's vocabulary path) and d (per rollout row-token) are the vocabulary's part, since a 1-layer, 64-wide
+body holds almost no activations; a, less the tiny model's own gradients, AdamW moments and bf16 copy (14 B/param),
+is the fixed part: the lm head's slices, buffers.
 
 Extrapolated (labelled so) to Qwen2.5-0.5B and Qwen2.5-Math-1.5B at P x G = 64 rows, a 128-token prompt and
 1024 new tokens, as a sum of terms (an upper bound: the rollout's KV cache is freed before the updates):
-  states      16 B/param: fp32 weights, gradients, AdamW m and v (both settings)
+  states      16 B/param: fp32 weights, gradients, AdamW m and v (every setting)
   base        4 B/param: the fp32 base copy on the device (before only)
-  bf16 copy   2 B/param: autocast's cached bf16 weights (after only)
-  vocab path  the measured slopes x 64 rows x 1152 tokens (+ x micro-batch rows x 1152 for after); before's
-              update covered all rows here, not half of them as with the default 2 mini-batches: an upper bound
+  bf16 copy   2 B/param: autocast's cached bf16 weights (micro, after)
+  vocab path  b x 64 + c x 1152 + d x 64 x 1152, from the fit, plus the fixed part (above); a negative slope (noise
+              in the fit) counts as 0, so the sum stays an upper bound
   KV cache    64 x 1152 x layers x 2 x kv_heads x head_dim x (4 B fp32 | 2 B bf16)
-  activations saved for backward, measured here per token and decoder layer at the real width (saved-tensor
-              hooks, 1 vs 2 layers): before, mini-batch (32 rows) x 1152 x layers x that; after (checkpointing),
-              micro-batch x 1152 x (layers x 4 B x hidden for the layer inputs + one layer's bf16 activations).
+  activations saved for backward per token and decoder layer at the real width, from saved-tensor hooks: the
+              growth from 1 to 2 layers, between 64 and 128 tokens (so that per-layer constants such as autocast's
+              bf16 weight casts cancel): before, mini-batch (32 rows) x 1152 x layers x that; micro and after
+              (checkpointing), 4 rows x 1152 x (layers x 4 B x hidden for the layer inputs + one layer's activations).
 """
 from __future__ import annotations
 
@@ -52,10 +58,13 @@ import reco_io  # noqa: E402
 import reco_mini  # noqa: E402
 
 GB = 1e9
-SIZES = [(4, 16), (4, 64), (16, 64)]  # (rows = P x G, new tokens)
+# (rows = P x G, new tokens): a 2 x 2 grid. Both token counts reach the lm head's slice width (--head-chunk 256 over
+# 4 micro-batch rows = 64 tokens), so that the growth between them is not the slices filling up.
+SIZES = [(4, 64), (4, 128), (16, 64), (16, 128)]
 GROUP, MICRO, PROMPT, NEW, ROWS = 4, 4, 128, 1024, 64  # the extrapolation's run: P x G = 64, 1024 new tokens
 REAL = {"qwen2.5-0.5b": 16.0, "qwen2.5-math-1.5b": 40.0}  # shape -> target GB (after)
-AFTER = ["--micro-batch", str(MICRO), "--dtype", "bfloat16", "--gradient-checkpointing"]
+AFTER = ["--micro-batch", str(MICRO), "--dtype", "bfloat16", "--gradient-checkpointing"]  # + --head-chunk 256 (math)
+SETTINGS = {"before": None, "micro": AFTER + ["--head-chunk", "0"], "after": AFTER}  # name -> flags (None: c15662b)
 SMALL_BODY = dict(layers=1, hidden_size=64, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2)
 
 
@@ -99,7 +108,7 @@ def measure(spec: dict) -> dict:
     argv = ["--task", "math", "--model", spec["model"], "--data", spec["data"], "--methods", "grpo", "--steps", "1",
             "--epochs", "1", "--minibatches", str(spec.get("minibatches", 1)), "--prompts-per-step", str(rows // group),
             "--group-size", str(group), "--max-new-tokens", str(new), "--n-eval", str(group), "--eval-batch", str(rows),
-            "--device", spec["device"], "--out", spec["out"]] + (AFTER if setting == "after" else [])
+            "--device", spec["device"], "--out", spec["out"]] + (SETTINGS[setting] or [])
     cfg = reco_mini.parse_config(argv)
     tokenizer, model = reco_io.load_hf(cfg.model, cfg.device)
     problems = reco_io.math_splits(cfg.data)["train"]
@@ -129,35 +138,38 @@ def child(spec: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def layer_activation_bytes(shape: str, bf16: bool, tokens: int = 64) -> float:
+def layer_activation_bytes(shape: str, bf16: bool, tokens: tuple[int, int] = (64, 128)) -> float:
     """Bytes autograd keeps per token and decoder layer at the real width (distinct storages that are not
-    parameters), from the difference between a 2-layer and a 1-layer model (small vocabulary: it cancels)."""
+    parameters): the growth from a 1-layer to a 2-layer model (small vocabulary: it cancels), per extra token
+    between the two token counts (so per-layer constants, e.g. autocast's bf16 casts of the weights, cancel too)."""
     from transformers import AutoModelForCausalLM
 
     from reco_scaled.shapes import hf_config
 
-    saved = []
+    saved = {}
     for layers in (1, 2):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(hf_config(shape, layers, vocab_size=512)).train()
         params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        storages: dict[int, int] = {}
+        for n in tokens:
+            storages: dict[int, int] = {}
 
-        def pack(t, params=params, storages=storages):
-            ptr = t.untyped_storage().data_ptr()
-            if ptr not in params:
-                storages[ptr] = t.untyped_storage().nbytes()
-            return t
+            def pack(t, params=params, storages=storages):
+                ptr = t.untyped_storage().data_ptr()
+                if ptr not in params:
+                    storages[ptr] = t.untyped_storage().nbytes()
+                return t
 
-        ids = torch.randint(512, (1, tokens))
-        precision = reco_io.autocast("cpu", "bfloat16" if bf16 else "float32")
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), precision:
-            model(input_ids=ids).logits.sum()
-        saved.append(sum(storages.values()))
-    return (saved[1] - saved[0]) / tokens
+            ids = torch.randint(512, (1, n))
+            precision = reco_io.autocast("cpu", "bfloat16" if bf16 else "float32")
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), precision:
+                model(input_ids=ids).logits.sum()
+            saved[layers, n] = sum(storages.values())
+    (t1, t2) = tokens
+    return ((saved[2, t2] - saved[1, t2]) - (saved[2, t1] - saved[1, t1])) / (t2 - t1)
 
 
-def extrapolate(shape: str, setting: str, slope_rows: float, slope_micro: float) -> dict[str, float]:
+def extrapolate(shape: str, setting: str, fit: dict[str, float]) -> dict[str, float]:
     from reco_scaled.shapes import SHAPES, parameter_count
 
     c, n = SHAPES[shape], parameter_count(shape)[0]
@@ -167,7 +179,8 @@ def extrapolate(shape: str, setting: str, slope_rows: float, slope_micro: float)
     act = layer_activation_bytes(shape, bf16=not before)
     terms = {"states (16 B/param)": 16 * n, "base on device (4 B/param)": 4 * n if before else 0,
              "autocast bf16 weights (2 B/param)": 0 if before else 2 * n,
-             "vocab path (measured slopes)": slope_rows * ROWS * seq + (0 if before else slope_micro * MICRO * seq),
+             "vocab path (measured fit)": max(0.0, fit["per_row"]) * ROWS + max(0.0, fit["per_token"]) * seq
+             + max(0.0, fit["per_row_token"]) * ROWS * seq + max(0.0, fit["constant"] - 14 * tiny_params()),
              "KV cache": ROWS * seq * kv * (4 if before else 2),
              "activations": (ROWS // 2) * seq * layers * act if before else MICRO * seq * (layers * 4 * hidden + act)}
     return {k: v / GB for k, v in terms.items()} | {"total": sum(terms.values()) / GB}
@@ -185,13 +198,34 @@ def extrapolate_eval(shape: str, bf16: bool, slope_rows: float, rows: int = 64) 
     return {k: v / GB for k, v in terms.items()} | {"total": sum(terms.values()) / GB}
 
 
+def bilinear_fit(m: dict[tuple[int, int], dict]) -> dict[str, float]:
+    """increase = a + b rows + c seq + d rows seq, solved exactly on the 2 x 2 grid of SIZES (seq = prompt + new)."""
+    (r1, t1), (_, t2), (r2, _), _ = SIZES
+    s1, s2 = m[r1, t1]["prompt_len"] + t1, m[r1, t2]["prompt_len"] + t2
+    y = {(r, t): m[r, t]["increase"] for r in (r1, r2) for t in (t1, t2)}
+    d = ((y[r2, t2] - y[r2, t1]) - (y[r1, t2] - y[r1, t1])) / ((r2 - r1) * (s2 - s1))
+    c = (y[r1, t2] - y[r1, t1]) / (s2 - s1) - d * r1
+    b = (y[r2, t1] - y[r1, t1]) / (r2 - r1) - d * s1
+    return {"per_row": b, "per_token": c, "per_row_token": d, "constant": y[r1, t1] - b * r1 - c * s1 - d * r1 * s1}
+
+
+def tiny_params() -> int:
+    from reco_scaled.shapes import hf_config
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in AutoModelForCausalLM.from_config(hf_config("qwen2.5-0.5b", **SMALL_BODY)).parameters())
+
+
 def cpu_study(args) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         model, data = write_model_and_data(Path(tmp), **SMALL_BODY)
         rows = []
-        for setting in ("before", "after"):
+        for setting in SETTINGS:
             for phase in ("step", "eval"):
-                for r, t in SIZES if phase == "step" else SIZES[1:]:
+                if phase == "eval" and setting == "micro":
+                    continue  # evaluation does not read --head-chunk: after's evaluation is micro's
+                for r, t in SIZES if phase == "step" else [x for x in SIZES if x[1] == SIZES[-1][1]]:
                     spec = dict(model=str(model), data=str(data), rows=r, new=t, setting=setting, phase=phase,
                                 device="cpu", out=str(Path(tmp) / "run"))
                     res = child(spec)
@@ -200,28 +234,23 @@ def cpu_study(args) -> dict:
                     print(f"{setting:6s} {phase:4s} rows {r:3d} new tokens {t:3d} prompt {res['prompt_len']}: peak "
                           f"{res['peak'] / GB:6.2f} GB, above the loaded model {res['increase'] / GB:6.2f} GB "
                           f"({res['seconds']:.0f} s)", flush=True)
-    report = {"sizes": SIZES, "measurements": rows, "slopes": {}, "extrapolated": {}}
+    report = {"sizes": SIZES, "measurements": rows, "fits": {}, "extrapolated": {}}
+    for setting in SETTINGS:
+        m = {(x["rows"], x["new"]): x for x in rows if x["setting"] == setting and x["phase"] == "step"}
+        fit = report["fits"][f"{setting} step"] = bilinear_fit(m)
+        print(f"fit {setting:6s} step: {fit['per_row_token'] / 1e6:7.3f} MB per rollout row-token, "
+              f"{fit['per_token'] / 1e6:7.3f} MB per token (micro-batch path), {fit['per_row'] / 1e6:7.2f} MB per row")
     for setting in ("before", "after"):
-        for phase in ("step", "eval"):
-            m = {(x["rows"], x["new"]): x for x in rows if x["setting"] == setting and x["phase"] == phase}
-            (r1, t1), (r2, t2), (r3, t3) = SIZES
-            def seq(r, t, m=m):
-                return r * (m[r, t]["prompt_len"] + t)
-            per_row = (m[r3, t3]["increase"] - m[r2, t2]["increase"]) / (seq(r3, t3) - seq(r2, t2))
-            per_micro = 0.0
-            if setting == "after" and phase == "step":  # tokens 32 -> 64 at 8 rows: 8 rollout rows + 4 micro rows
-                d_tok = (m[r2, t2]["increase"] - m[r1, t1]["increase"]) / (t2 - t1)
-                per_micro = max(0.0, (d_tok - r1 * per_row) / MICRO)
-            report["slopes"][f"{setting} {phase}"] = {"per_rollout_row_token": per_row, "per_micro_row_token": per_micro}
-            print(f"slope {setting:6s} {phase:4s}: {per_row / 1e6:6.3f} MB per rollout row-token"
-                  + (f", {per_micro / 1e6:6.3f} MB per micro-batch row-token" if per_micro else "")
-                  + f" (= {per_row / (4 * 151936):.2f} fp32 vocabulary rows)")
-    print(f"\nExtrapolated (CPU-measured slopes + the terms in the docstring), P x G = {ROWS}, prompt {PROMPT} "
+        m = [x for x in rows if x["setting"] == setting and x["phase"] == "eval"]
+        lo, hi = sorted(m, key=lambda x: x["rows"])
+        slope = (hi["increase"] - lo["increase"]) / ((hi["rows"] - lo["rows"]) * (hi["prompt_len"] + hi["new"]))
+        report["fits"][f"{setting} eval"] = {"per_row_token": slope}
+        print(f"slope {setting:6s} eval: {slope / 1e6:7.3f} MB per rollout row-token")
+    print(f"\nExtrapolated (CPU-measured fits + the terms in the docstring), P x G = {ROWS}, prompt {PROMPT} "
           f"+ {NEW} new tokens:")
     for shape, target in REAL.items():
-        for setting in ("before", "after"):
-            s = report["slopes"][f"{setting} step"]
-            e = extrapolate(shape, setting, s["per_rollout_row_token"], s["per_micro_row_token"])
+        for setting in SETTINGS:
+            e = extrapolate(shape, setting, report["fits"][f"{setting} step"])
             report["extrapolated"][f"{shape} {setting} step"] = e
             verdict = f"  target <= {target:.0f} GB: {'met' if e['total'] <= target else 'NOT met'}" if setting == "after" else ""
             print(f"  {shape:18s} {setting:6s} RL step: {e['total']:7.1f} GB  ("
@@ -229,7 +258,7 @@ def cpu_study(args) -> dict:
     print(f"Extrapolated evaluation, one call of --eval-batch 64 (the math default) at {PROMPT} + {NEW} tokens:")
     for shape in REAL:
         for setting, bf16 in (("before", False), ("after", True)):
-            e = extrapolate_eval(shape, bf16, report["slopes"][f"{setting} eval"]["per_rollout_row_token"])
+            e = extrapolate_eval(shape, bf16, report["fits"][f"{setting} eval"]["per_row_token"])
             report["extrapolated"][f"{shape} {'bf16' if bf16 else 'fp32'} eval"] = e
             print(f"  {shape:18s} {'bf16' if bf16 else 'fp32':6s} eval: {e['total']:7.1f} GB  ("
                   + ", ".join(f"{k} {v:.1f}" for k, v in e.items() if k != "total") + ")  24 GB: "

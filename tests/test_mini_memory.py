@@ -20,3 +20,18 @@ def test_acceptance_smoke_writes_its_report(tmp_path):
     report = json.loads((tmp_path / "smoke.json").read_text())
     assert report["ok"] and report["device"] == "cpu" and report["flags"] == mini_memory.AFTER
     assert report["peak_gb"] > 0 and report["rows"] == 8 and report["prompt_len"] > 0
+
+
+def test_bilinear_fit_recovers_the_terms_of_a_hand_made_grid():
+    spec = importlib.util.spec_from_file_location("mini_memory", ROOT / "benchmarks" / "mini_memory.py")
+    mini_memory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mini_memory)
+    a, b, c, d, prompt = 5e8, 3e6, 7e5, 2.5e4, 91  # bytes: constant, per row, per token, per row-token
+
+    def increase(rows, new):
+        return a + b * rows + c * (prompt + new) + d * rows * (prompt + new)
+
+    grid = {(r, t): {"increase": increase(r, t), "prompt_len": prompt} for r, t in mini_memory.SIZES}
+    fit = mini_memory.bilinear_fit(grid)
+    for key, value in (("constant", a), ("per_row", b), ("per_token", c), ("per_row_token", d)):
+        assert abs(fit[key] - value) <= 1e-6 * value, key

@@ -89,13 +89,16 @@ def test_micro_batch_gradient_equals_mini_batch_gradient_in_float64(tmp_path, mo
     argv = ["--method", "reco", "--token-ratio", token_ratio, "--aggregation", aggregation, "--kl-coef", "0.1",
             "--steps", "1", "--prompts-per-step", "4", "--group-size", "4", "--minibatches", "2", "--grad-clip", "0"]
     logs = {}
-    for micro in (0, 3, 1):  # 0: one forward per mini-batch of 8 rows; 3: pieces of 3, 3, 2
-        cfg, tok, base, problems = _setup(argv + ["--micro-batch", str(micro)], torch.float64)
+    # micro 0: one forward per mini-batch of 8 rows; 3: pieces of 3, 3, 2; "3h": the same with the lm head applied to
+    # slices of 5 row-tokens (--head-chunk), whose logits are remade in the backward pass
+    for name, flags in (("0", ["--micro-batch", "0"]), ("3", ["--micro-batch", "3"]), ("1", ["--micro-batch", "1"]),
+                        ("3h", ["--micro-batch", "3", "--head-chunk", "5"])):
+        cfg, tok, base, problems = _setup(argv + flags, torch.float64)
         model = tiny_model(tok, 32, 2).double()
         model.load_state_dict(base.state_dict())
-        (tmp_path / str(micro)).mkdir()
-        reco_mini.train_rl(cfg, "reco", model, base, tok, problems, tmp_path / str(micro))
-        logs[micro] = _rows(tmp_path / str(micro))[0]
+        (tmp_path / name).mkdir()
+        reco_mini.train_rl(cfg, "reco", model, base, tok, problems, tmp_path / name)
+        logs[name] = _rows(tmp_path / name)[0]
     full, *micro_runs = GradRecorder.made
     assert len(full.grads) == 4 * 1  # epochs x minibatches
     assert any(g.abs().max() > 0 for g in full.grads[0])
@@ -104,8 +107,10 @@ def test_micro_batch_gradient_equals_mini_batch_gradient_in_float64(tmp_path, mo
             for a, b in zip(g_full, g_micro):
                 assert a.dtype == torch.float64
                 torch.testing.assert_close(b, a, rtol=1e-11, atol=1e-15)
+    assert len(micro_runs) == 3
     for key in ("loss", "entropy", "kl_base", "w_min", "w_max", "v_old_mean", "reward_mean"):
-        assert logs[3][key] == pytest.approx(logs[0][key], rel=1e-12, abs=1e-15) == logs[1][key]
+        assert logs["3"][key] == pytest.approx(logs["0"][key], rel=1e-12, abs=1e-15) == logs["1"][key]
+        assert logs["3h"][key] == pytest.approx(logs["0"][key], rel=1e-12, abs=1e-15)
 
 
 def test_bfloat16_autocast_and_gradient_checkpointing_run_where_said(tmp_path, monkeypatch):
@@ -144,7 +149,8 @@ def test_flags_and_defaults(tmp_path):
     assert reco_mini.parse_config([]).eval_batch == 4096  # countdown: unchanged
     data = tmp_path / "d.jsonl"
     data.write_text('{"problem": "1+1", "answer": "2"}\n')
-    assert reco_mini.parse_config(["--task", "math", "--model", "m", "--data", str(data)]).eval_batch == 64
+    math_cfg = reco_mini.parse_config(["--task", "math", "--model", "m", "--data", str(data)])
+    assert math_cfg.eval_batch == 64 and math_cfg.head_chunk == 256 and reco_mini.parse_config([]).head_chunk == 0
     with pytest.raises(ValueError, match="--dtype must be float32 or bfloat16"):
         reco_mini.Config(dtype="float16")
     with pytest.raises(ValueError, match="--micro-batch must be >= 0"):

@@ -1,12 +1,14 @@
 """reco_mini.token_stats: log pi(y_t), V(s_t), H(s_t) slice by slice, against today's token_logprobs,
 variance_stat and token_entropy (bit for bit in float32, the default path) and against float64 references
-written here from the definitions, values and gradients of log pi."""
+written here from the definitions, values and gradients of log pi. With an lm head (--head-chunk), from hidden
+states: against the logits it makes in one product, values and gradients (hidden states and head weight)."""
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import reco_io
 from reco_mini import token_entropy, token_logprobs, token_stats, variance_stat
 
 
@@ -82,3 +84,48 @@ def test_the_backward_pass_recomputes_each_slice_instead_of_keeping_it():
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         token_stats(leaf, y, 1.0, 8)
     assert not any(t.dtype == torch.float32 and t.numel() >= 8 * 64 for t in kept)
+
+
+@pytest.mark.parametrize("chunk", [1, 6, 10_000])
+def test_head_slices_equal_the_full_logits_in_float64(chunk):
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(3, 7, 16, dtype=torch.float64, generator=g).requires_grad_(True)
+    head = torch.nn.Linear(16, 50, bias=False).double()
+    y = torch.randint(50, (3, 7), generator=g)
+    weights = torch.randn(3, 7, dtype=torch.float64, generator=g)
+    logp, v, h = token_stats(hidden, y, 0.7, chunk, head)
+    z = hidden @ head.weight.T  # the reference: one product, then the definitions
+    p = torch.softmax(z / 0.7, -1)
+    torch.testing.assert_close(v, (p * (1 - p)).sum(-1), rtol=0, atol=1e-13)
+    torch.testing.assert_close(h, -(p * p.log()).sum(-1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(logp, p.gather(-1, y[..., None]).squeeze(-1).log(), rtol=0, atol=1e-12)
+    grads = torch.autograd.grad((logp * weights).sum(), (hidden, head.weight))
+    refs = torch.autograd.grad((p.gather(-1, y[..., None]).squeeze(-1).log() * weights).sum(), (hidden, head.weight))
+    for grad, ref in zip(grads, refs):
+        torch.testing.assert_close(grad, ref, rtol=0, atol=1e-12)
+
+
+def test_head_slices_keep_no_vocabulary_sized_tensor_for_backward():
+    hidden = torch.randn(2, 16, 8).requires_grad_(True)
+    head = torch.nn.Linear(8, 64, bias=False)
+    kept = []
+
+    def pack(t):
+        kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logp, _, _ = token_stats(hidden, torch.randint(64, (2, 16)), 1.0, 8, head)
+    assert logp.requires_grad and kept and not any(t.shape[-1] == 64 and t.numel() > 64 * 8 for t in kept)
+
+
+def test_check_lm_head_refuses_a_model_whose_logits_are_more_than_the_head():
+    """A logit scale (as Cohere has) or a soft cap (Gemma 2) after the head would be lost by --head-chunk."""
+    from reco_countdown import char_tokenizer, tiny_model
+
+    model = tiny_model(char_tokenizer(), 32, 1)
+    reco_io.check_lm_head(model)
+    forward = model.forward
+    model.forward = lambda *a, **k: type("Out", (), {"logits": 1.5 * forward(*a, **k).logits})()
+    with pytest.raises(ValueError, match="--head-chunk 0"):
+        reco_io.check_lm_head(model)
