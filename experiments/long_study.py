@@ -11,7 +11,9 @@ reco_mini's functions. Two phases:
            HYPOTHESES tested as one Holm family, with a TOST against +-EQUIVALENCE_MARGIN for "no effect"
 
 Every (phase, arm, lr, seed) writes <out>/.../result.json atomically; a rerun reuses finished runs and redoes the rest,
-so the study can be stopped and resumed. The summary goes to --results (JSON, and a PNG beside it) and, with
+so the study can be stopped and resumed. Every summary also writes the finished runs to an archive beside it
+(results/long_study_runs.jsonl.gz), and a start restores the archived runs of the same design into <out>: a fresh
+checkout resumes where the last committed summary stopped. The summary goes to --results (JSON, and a PNG beside it) and, with
 --write-docs, to the block between the long-study markers. A summary of an unfinished study says "partial": true.
 
   python experiments/long_study.py --timing              # 5 RL steps per arm and one evaluation: the budget's inputs
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gzip
 import json
 import math
 import sys
@@ -158,6 +161,48 @@ def run_all(specs: list[dict], plan: dict, jobs: int, threads: int) -> int:
             for future in as_completed([pool.submit(_run, s, plan) for s in todo]):
                 future.result()
     return len(todo)
+
+
+def fingerprint(plan: dict) -> dict:
+    """What a finished run depends on besides its spec: an archived run is restored only into the same design."""
+    return {"task_flags": TASK_FLAGS, "flags": plan["flags"], "steps": plan["steps"], "eval_every": plan["eval_every"],
+            "n_eval": plan["n_eval"]}
+
+
+def write_archive(path: Path, plan: dict, specs: list[dict], partial: bool) -> int:
+    """The finished runs of `specs`, one JSON line each after a header line (gzip, no timestamp): what a fresh
+    checkout needs to resume the study. Returns how many runs it holds."""
+    results = load_results(specs, plan)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        header = {"what": "finished runs of experiments/long_study.py (raw results; restored by its next start)",
+                  "partial": partial, "fingerprint": fingerprint(plan), "runs": len(results)}
+        f.write((json.dumps(header) + "\n").encode())
+        for result in results:
+            f.write((json.dumps(result) + "\n").encode())
+    tmp.replace(path)
+    return len(results)
+
+
+def restore_archive(path: Path, plan: dict) -> int:
+    """Write each archived run of this design back to its run directory where that has none. Returns how many."""
+    if not path.exists():
+        return 0
+    with gzip.open(path, "rt") as f:
+        header = json.loads(f.readline())
+        if header["fingerprint"] != fingerprint(plan):
+            print(f"{path}: archived runs of another design ({header['fingerprint']}): not restored")
+            return 0
+        restored = 0
+        for line in f:
+            result = json.loads(line)
+            target = run_dir(Path(plan["out"]), result["spec"]) / "result.json"
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.with_suffix(".tmp").write_text(line.rstrip("\n"))
+                target.with_suffix(".tmp").replace(target)
+                restored += 1
+    return restored
 
 
 def load_results(specs: list[dict], plan: dict) -> list[dict]:
@@ -533,6 +578,10 @@ def main(argv: list[str] | None = None) -> dict:
         timing_path.write_text(json.dumps(finite_or_none({**timing, "budget": budget(timing, plan)}), indent=1))
         print(f"wrote {timing_path}")
         return timing
+    archive = results.with_name(results.stem + "_runs.jsonl.gz")
+    restored = restore_archive(archive, plan)
+    if restored:
+        print(f"restored {restored} finished runs from {archive}")
     phases, ran = set(args.phases.split(",")), 0
     if not args.aggregate_only:
         load_context(plan["flags"])  # train and cache the SFT base once, before any worker starts
@@ -545,6 +594,9 @@ def main(argv: list[str] | None = None) -> dict:
     summary["compute"]["runs_this_invocation"] = ran
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(summary, indent=1))
+    choices = summary["selection"]["choices"]
+    specs = select_specs(plan) + (confirm_specs(plan, choices) if len(choices) == len(plan["arms"]) else []) + base_specs()
+    write_archive(archive, plan, specs, summary["partial"])
     png = results.with_suffix(".png")
     if summary["arms"]:
         plot(summary, png)

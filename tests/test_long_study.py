@@ -87,6 +87,16 @@ def test_quick_study_end_to_end_schema_and_resume(tmp_path, monkeypatch):
     again = ls.main(["--quick", "--out", str(out), "--results", str(tmp_path / "q.json")])
     assert again["compute"]["runs_this_invocation"] == 0 and again["primary"] == summary["primary"]
     (out / "confirm" / "grpo" / f"lr{ls.QUICK['lrs'][0]:g}" / "seed401" / "result.json").unlink()
+    (tmp_path / "q_runs.jsonl.gz").unlink()  # else the archive restores it
     third = ls.main(["--quick", "--out", str(out), "--results", str(tmp_path / "q.json")])
     assert third["compute"]["runs_this_invocation"] == 1
     assert third["arms"]["grpo"]["trajectory"] == summary["arms"]["grpo"]["trajectory"]  # redone to the bit
+    # a fresh checkout: no run directory, only the committed summary and its archive; nothing reruns
+    import shutil
+    shutil.rmtree(out)
+    fresh = ls.main(["--quick", "--out", str(out), "--results", str(tmp_path / "q.json")])
+    assert fresh["compute"]["runs_this_invocation"] == 0 and fresh["primary"] == summary["primary"]
+    assert fresh["arms"] == third["arms"]
+    plan = ls.make_plan(ls.argparse.Namespace(out=str(out), quick=True, timing=False), None)
+    other = plan | {"n_eval": 16}  # another design: its archive is not restored
+    assert ls.restore_archive(tmp_path / "q_runs.jsonl.gz", other) == 0
