@@ -27,7 +27,7 @@ FORMS = ["{a}*{b}+{c}", "{a}*{b}-{c}", "({a}+{b})*{c}", "({a}-{b})*{c}", "{a}+{b
 SFT_FORM_PRIOR = [0.55, 0.25, 0.12, 0.055, 0.025]
 MAX_NUMBER = 20
 # countdown-long (see "The long-response task" below): the same problems, verifier and forms, a longer response
-LONG_SFT_FORM_PRIOR = [0.55, 0.25, 0.12, 0.055, 0.025]
+LONG_SFT_FORM_PRIOR = [0.45, 0.25, 0.15, 0.1, 0.05]  # chosen on validation: results/long_base_tuning.json
 LONG_CHARS = "abcdefghijklmnopqrstuvwxyz.;"  # appended to the countdown vocabulary
 LONG_MAX_POSITIONS, LONG_MAX_NEW_TOKENS = 128, 96
 

@@ -42,7 +42,7 @@ from analysis import divergence, finite_or_none, holm, read_jsonl, summarize, t_
 from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
-from reco_countdown import TOKEN_CLASSES, char_tokenizer, load_base, make_splits  # noqa: E402
+from reco_countdown import LONG_SFT_FORM_PRIOR, TOKEN_CLASSES, char_tokenizer, load_base, make_splits  # noqa: E402
 
 ARMS = {  # arm -> (reco_mini method, extra flags)
     "grpo": ("grpo", []),
@@ -53,7 +53,7 @@ ARMS = {  # arm -> (reco_mini method, extra flags)
     "f-grpo": ("f-grpo", []),
 }
 REFERENCE = "grpo"
-TASK_FLAGS = ["--task", "countdown-long"]
+TASK_FLAGS = ["--task", "countdown-long", "--sft-steps", "650"]  # the base chosen by experiments/long_base.py
 LRS, SELECT_SEEDS, CONFIRM_SEEDS = (1e-4, 2e-4), (20, 21), tuple(range(400, 408))
 STEPS, EVAL_EVERY, N_EVAL, K = 120, 20, 128, "64"  # K: the Pass@k of the primary statistic, fixed in advance
 EVAL_SEED_BASE = 1_000_000  # evaluation generator seed = EVAL_SEED_BASE + RL seed: never an RL seed
@@ -165,18 +165,29 @@ def run_all(specs: list[dict], plan: dict, jobs: int, threads: int) -> int:
 
 def fingerprint(plan: dict) -> dict:
     """What a finished run depends on besides its spec: an archived run is restored only into the same design."""
-    return {"task_flags": TASK_FLAGS, "flags": plan["flags"], "steps": plan["steps"], "eval_every": plan["eval_every"],
-            "n_eval": plan["n_eval"]}
+    return {"task_flags": TASK_FLAGS, "sft_form_prior": list(LONG_SFT_FORM_PRIOR), "flags": plan["flags"],
+            "steps": plan["steps"], "eval_every": plan["eval_every"], "n_eval": plan["n_eval"]}
 
 
-def write_archive(path: Path, plan: dict, specs: list[dict], partial: bool) -> int:
+def base_sha256(base) -> str:
+    """A digest of the base's weights: archived runs are restored only onto the same base."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(base.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def write_archive(path: Path, plan: dict, specs: list[dict], partial: bool, base: str | None) -> int:
     """The finished runs of `specs`, one JSON line each after a header line (gzip, no timestamp): what a fresh
     checkout needs to resume the study. Returns how many runs it holds."""
     results = load_results(specs, plan)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
         header = {"what": "finished runs of experiments/long_study.py (raw results; restored by its next start)",
-                  "partial": partial, "fingerprint": fingerprint(plan), "runs": len(results)}
+                  "partial": partial, "fingerprint": fingerprint(plan), "base_sha256": base, "runs": len(results)}
         f.write((json.dumps(header) + "\n").encode())
         for result in results:
             f.write((json.dumps(result) + "\n").encode())
@@ -184,14 +195,19 @@ def write_archive(path: Path, plan: dict, specs: list[dict], partial: bool) -> i
     return len(results)
 
 
-def restore_archive(path: Path, plan: dict) -> int:
-    """Write each archived run of this design back to its run directory where that has none. Returns how many."""
+def restore_archive(path: Path, plan: dict, base: str | None = None) -> int:
+    """Write each archived run of this design (and, given `base`, of this base) back to its run directory where that
+    has none. Returns how many."""
     if not path.exists():
         return 0
     with gzip.open(path, "rt") as f:
         header = json.loads(f.readline())
         if header["fingerprint"] != fingerprint(plan):
             print(f"{path}: archived runs of another design ({header['fingerprint']}): not restored")
+            return 0
+        if base is not None and header.get("base_sha256") not in (None, base):
+            print(f"{path}: archived runs of another SFT base (sha256 {header['base_sha256'][:12]}, this one "
+                  f"{base[:12]}): not restored")
             return 0
         restored = 0
         for line in f:
@@ -203,6 +219,13 @@ def restore_archive(path: Path, plan: dict) -> int:
                 target.with_suffix(".tmp").replace(target)
                 restored += 1
     return restored
+
+
+def archived_base(path: Path) -> str | None:
+    if not path.exists():
+        return None
+    with gzip.open(path, "rt") as f:
+        return json.loads(f.readline()).get("base_sha256")
 
 
 def load_results(specs: list[dict], plan: dict) -> list[dict]:
@@ -578,13 +601,15 @@ def main(argv: list[str] | None = None) -> dict:
         timing_path.write_text(json.dumps(finite_or_none({**timing, "budget": budget(timing, plan)}), indent=1))
         print(f"wrote {timing_path}")
         return timing
-    archive = results.with_name(results.stem + "_runs.jsonl.gz")
-    restored = restore_archive(archive, plan)
+    archive, base = results.with_name(results.stem + "_runs.jsonl.gz"), None
+    if not args.aggregate_only:
+        torch.set_num_threads(args.threads)  # the base's SFT (if not cached) with the same threads as every session
+        base = base_sha256(load_context(plan["flags"])["base"])  # train and cache the SFT base once, before any worker
+    restored = restore_archive(archive, plan, base)
     if restored:
         print(f"restored {restored} finished runs from {archive}")
     phases, ran = set(args.phases.split(",")), 0
     if not args.aggregate_only:
-        load_context(plan["flags"])  # train and cache the SFT base once, before any worker starts
         if "select" in phases:
             ran += run_all(select_specs(plan), plan, args.jobs, args.threads)
         choices = selection(load_results(select_specs(plan), plan), plan)["choices"]
@@ -596,7 +621,7 @@ def main(argv: list[str] | None = None) -> dict:
     results.write_text(json.dumps(summary, indent=1))
     choices = summary["selection"]["choices"]
     specs = select_specs(plan) + (confirm_specs(plan, choices) if len(choices) == len(plan["arms"]) else []) + base_specs()
-    write_archive(archive, plan, specs, summary["partial"])
+    write_archive(archive, plan, specs, summary["partial"], base or archived_base(archive))
     png = results.with_suffix(".png")
     if summary["arms"]:
         plot(summary, png)

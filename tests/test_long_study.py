@@ -100,3 +100,20 @@ def test_quick_study_end_to_end_schema_and_resume(tmp_path, monkeypatch):
     plan = ls.make_plan(ls.argparse.Namespace(out=str(out), quick=True, timing=False), None)
     other = plan | {"n_eval": 16}  # another design: its archive is not restored
     assert ls.restore_archive(tmp_path / "q_runs.jsonl.gz", other) == 0
+    shutil.rmtree(out)  # another SFT base (a different weights digest): not restored onto it
+    assert ls.restore_archive(tmp_path / "q_runs.jsonl.gz", plan, base="0" * 64) == 0
+    assert ls.restore_archive(tmp_path / "q_runs.jsonl.gz", plan, base=ls.archived_base(tmp_path / "q_runs.jsonl.gz")) > 0
+
+
+def test_base_choice_rule_on_synthetic_candidates():
+    spec = importlib.util.spec_from_file_location("long_base", ROOT / "experiments" / "long_base.py")
+    lb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lb)
+
+    def cand(p1, p256):
+        return {"val_pass_at_k": {"1": p1, "256": p256}}
+
+    # 0.095 is closest to 0.1 but lacks coverage; of the covered ones 0.13 is closer than 0.06 (0.03 < 0.04)
+    pool = [cand(0.095, 0.88), cand(0.06, 0.95), cand(0.13, 0.90), cand(0.30, 0.99)]
+    assert lb.choose(pool) is pool[2]
+    assert lb.choose([cand(0.1, 0.89)]) is None
