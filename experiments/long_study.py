@@ -28,6 +28,7 @@ import copy
 import gzip
 import json
 import math
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -626,7 +627,8 @@ def main(argv: list[str] | None = None) -> dict:
     if summary["arms"]:
         plot(summary, png)
     if args.write_docs:
-        write_block(Path(args.write_docs), render_block(summary, str(results), str(png)), BEGIN, END)
+        docs = Path(args.write_docs)
+        write_block(docs, render_block(summary, str(results), os.path.relpath(png, docs.parent)), BEGIN, END)
     print(f"wrote {results}" + (f" and {png}" if summary["arms"] else "") + (" (partial)" if summary["partial"] else "")
           + f"; {ran} runs this invocation")
     return summary

@@ -117,3 +117,16 @@ def test_base_choice_rule_on_synthetic_candidates():
     pool = [cand(0.095, 0.88), cand(0.06, 0.95), cand(0.13, 0.90), cand(0.30, 0.99)]
     assert lb.choose(pool) is pool[2]
     assert lb.choose([cand(0.1, 0.89)]) is None
+
+
+def test_the_committed_block_is_the_render_of_the_committed_summary():
+    """docs/results.md's long-study block is generated from results/long_study.json, never typed (partial or not)."""
+    summary_path = ROOT / "results" / "long_study.json"
+    text = (ROOT / "docs" / "results.md").read_text()
+    block = text.split(ls.BEGIN, 1)[1].split(ls.END, 1)[0].strip()
+    if not summary_path.exists():
+        assert block == "_Not run yet._"
+        return
+    summary = json.loads(summary_path.read_text())
+    assert block == ls.render_block(summary, "results/long_study.json", "../results/long_study.png").strip()
+    assert ("PARTIAL" in block) == summary["partial"]
