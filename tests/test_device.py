@@ -68,3 +68,20 @@ def test_group_advantages_and_focal_scale_stay_on_the_input_device(scale_by_std)
     assert_meta(group_advantages(meta(P, G), scale_by_std=scale_by_std))
     for gamma in (0.0, 1.0, 2.5):
         assert_meta(focal_scale(meta(P, G), gamma))
+
+
+@pytest.mark.parametrize("with_head", [False, True])
+def test_token_stats_stays_on_the_input_device(with_head):
+    from reco_mini import token_stats
+
+    B, V, H = 2, 11, 6
+    head = torch.nn.Linear(H, V, bias=False, device=META) if with_head else None
+    x = meta(B, T, H if with_head else V).requires_grad_(True)
+    logp, v, h = token_stats(x, torch.empty(B, T, dtype=torch.long, device=META), 0.7, 4, head)
+    for out in (logp, v, h):
+        assert_meta(out)
+        assert out.shape == (B, T)
+    logp.sum().backward()
+    assert_meta(x.grad)
+    if with_head:
+        assert_meta(head.weight.grad)
