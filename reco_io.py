@@ -159,8 +159,12 @@ def check_lm_head(model) -> None:
     there (a logit scale, a soft cap), by comparing both on four tokens."""
     ids = torch.arange(1, 5, device=model.device)[None] % model.config.vocab_size
     full = model(input_ids=ids, use_cache=False).logits.float()
-    split = model.get_output_embeddings()(model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state).float()
-    if not torch.allclose(full, split, rtol=1e-4, atol=1e-4):
+    try:
+        split = model.get_output_embeddings()(model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state)
+    except (AttributeError, NotImplementedError, TypeError) as e:
+        raise ValueError(f"--head-chunk: {type(model).__name__} has no decoder and lm head to call apart ({e}); "
+                         "use --head-chunk 0") from e
+    if not torch.allclose(full, split.float(), rtol=1e-4, atol=1e-4):
         raise ValueError(f"--head-chunk: {type(model).__name__}'s logits are not its lm head applied to the last hidden "
                          "state; use --head-chunk 0")
 

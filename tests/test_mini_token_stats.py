@@ -129,3 +129,6 @@ def test_check_lm_head_refuses_a_model_whose_logits_are_more_than_the_head():
     model.forward = lambda *a, **k: type("Out", (), {"logits": 1.5 * forward(*a, **k).logits})()
     with pytest.raises(ValueError, match="--head-chunk 0"):
         reco_io.check_lm_head(model)
+    model.get_decoder = None  # no decoder to call apart: the same one-line refusal, not an AttributeError
+    with pytest.raises(ValueError, match="no decoder and lm head"):
+        reco_io.check_lm_head(model)
