@@ -530,7 +530,11 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
                "<this file>`; rerun it rather than editing._")
     if summary["partial"]:
         done = ", ".join(p for p, ok in summary["complete"].items() if ok) or "none"
-        out.append(f"\n**PARTIAL: the study has not finished.** Phases complete: {done}.")
+        selected = sum(len(row["seeds"]) for row in summary["selection"]["scores"])
+        planned = len(d["arms"]) * len(d["lrs"]) * len(d["select_seeds"])
+        confirmed = sum(len(a["seeds"]) for a in summary["arms"].values())
+        out.append(f"\n**PARTIAL: the study has not finished.** Phases complete: {done}. Finished runs: selection "
+                   f"{selected} of {planned}, confirmation {confirmed} of {len(d['arms']) * len(d['confirm_seeds'])}.")
     out.append(f"\nCountdown-long, one SFT base; RL {d['steps']} steps, evaluated every {d['eval_every']} steps, "
                f"n = {d['n_eval']}, primary k = {d['k']}; confirmation seeds {d['confirm_seeds']} on the test split.")
     if summary["arms"]:
@@ -602,10 +606,11 @@ def main(argv: list[str] | None = None) -> dict:
         timing_path.write_text(json.dumps(finite_or_none({**timing, "budget": budget(timing, plan)}), indent=1))
         print(f"wrote {timing_path}")
         return timing
-    archive, base = results.with_name(results.stem + "_runs.jsonl.gz"), None
-    if not args.aggregate_only:
-        torch.set_num_threads(args.threads)  # the base's SFT (if not cached) with the same threads as every session
-        base = base_sha256(load_context(plan["flags"])["base"])  # train and cache the SFT base once, before any worker
+    archive = results.with_name(results.stem + "_runs.jsonl.gz")
+    base = archived_base(archive) if args.aggregate_only else None
+    if base is None:  # the digest of the SFT base, trained (with the same threads in every session) and cached once
+        torch.set_num_threads(args.threads)
+        base = base_sha256(load_context(plan["flags"])["base"])
     restored = restore_archive(archive, plan, base)
     if restored:
         print(f"restored {restored} finished runs from {archive}")
@@ -622,7 +627,7 @@ def main(argv: list[str] | None = None) -> dict:
     results.write_text(json.dumps(summary, indent=1))
     choices = summary["selection"]["choices"]
     specs = select_specs(plan) + (confirm_specs(plan, choices) if len(choices) == len(plan["arms"]) else []) + base_specs()
-    write_archive(archive, plan, specs, summary["partial"], base or archived_base(archive))
+    write_archive(archive, plan, specs, summary["partial"], base)
     png = results.with_suffix(".png")
     if summary["arms"]:
         plot(summary, png)
