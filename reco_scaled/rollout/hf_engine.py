@@ -67,7 +67,7 @@ class HFEngine(RolloutEngine):
             raise RuntimeError("HFEngine was built without weights: call sync_weights(model) before generate")
         rows = [p for p in prompt_ids for _ in range(n)]
         if seed is None:
-            seed = int(torch.randint(0, 2**62, ()).item())
+            seed = int(torch.randint(0, 2**62, (), device="cpu").item())  # a host-side seed
         out = Rollout([], [], [])
         for start in range(0, len(rows), self.batch_size):
             chunk = rows[start: start + self.batch_size]
@@ -87,7 +87,7 @@ class HFEngine(RolloutEngine):
         ids = torch.full((B, L), self.pad_id, device=self.device)
         attn = torch.zeros((B, L), dtype=torch.long, device=self.device)
         for b, r in enumerate(rows):  # left padding
-            ids[b, L - len(r):] = torch.tensor(r)
+            ids[b, L - len(r):] = torch.tensor(r, device=self.device)
             attn[b, L - len(r):] = 1
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
