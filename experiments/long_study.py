@@ -128,6 +128,10 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
 
 
 _CTX: dict = {}
+# glibc serves every tensor over its mmap threshold with a fresh mmap and returns it with munmap, so each step faults
+# its pages in again (a fifth of a worker's CPU time in the kernel here). These settings keep freed memory in the heap;
+# the numbers stay the same bit for bit (benchmarks/long_study_malloc.py measures both).
+WORKER_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
 
 
 def load_context(flags: list[str]) -> dict:
@@ -157,6 +161,8 @@ def run_all(specs: list[dict], plan: dict, jobs: int, threads: int) -> int:
             _run(spec, plan)
         torch.set_num_threads(previous)
     else:
+        for name, value in WORKER_MALLOC.items():  # read by glibc when a worker starts; the caller's settings win
+            os.environ.setdefault(name, value)
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init_worker,
                                  initargs=(plan["flags"], threads)) as pool:
             for future in as_completed([pool.submit(_run, s, plan) for s in todo]):
