@@ -357,6 +357,7 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
         row["equivalent"] = row.get("p_tost") is not None and row["p_tost"] < ALPHA
     base_eval = base[0]["trajectory"][0] if base else None
     runs_all = sel_results + confirm + base
+    runs_per_arm = len(plan["lrs"]) * len(plan["select"]) + len(plan["confirm"])
     return finite_or_none({
         "partial": not all(complete.values()), "complete": complete,
         "design": {"arms": {a: ARMS[a] for a in plan["arms"]}, "reference": REFERENCE, "task_flags": TASK_FLAGS,
@@ -371,7 +372,10 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
         "comparisons": comparisons,
         "endpoint_matched": {a: c["endpoint"] for a, c in comparisons.items()},
         "inertness": inertness, "update_share": update_share,
-        "compute": {"runs": len(runs_all), "run_time_s": round(sum(r["wall_time_s"] for r in runs_all), 1),
+        "compute": {"runs": len(runs_all), "runs_planned": len(plan["arms"]) * runs_per_arm + len(base_specs()),
+                    "run_time_s": round(sum(r["wall_time_s"] for r in runs_all), 1),
+                    "projected_run_time_s": round(sum(projected_run_s(timing, r["spec"]["arm"], plan["n_eval"], plan)
+                                                      for r in runs_all), 1) if timing else None,
                     "this_invocation_wall_s": round(wall_s, 1), "timing": timing, "budget": budget(timing, plan)
                     if timing else None},
     })
@@ -429,11 +433,16 @@ def timing_run(plan: dict, steps: int = 5) -> dict:
     return out
 
 
+def projected_run_s(timing: dict, arm: str, n: int, plan: dict) -> float:
+    """One run's seconds by the timing: its RL steps and evaluations (the base: one evaluation)."""
+    if arm == "base":
+        return timing[f"s_per_eval_n{n}"]
+    return plan["steps"] * timing["arms"][arm]["s_per_step"] + plan["steps"] // plan["eval_every"] * timing[f"s_per_eval_n{n}"]
+
+
 def projected_hours(timing: dict, arms: list[str], n: int, plan: dict) -> float:
     runs_per_arm = len(plan["lrs"]) * len(plan["select"]) + len(plan["confirm"])
-    evals = plan["steps"] // plan["eval_every"]
-    per_run = {a: plan["steps"] * timing["arms"][a]["s_per_step"] + evals * timing[f"s_per_eval_n{n}"] for a in arms}
-    return sum(runs_per_arm * per_run[a] for a in arms) / BUDGET_JOBS / 3600
+    return sum(runs_per_arm * projected_run_s(timing, a, n, plan) for a in arms) / BUDGET_JOBS / 3600
 
 
 def t_quantile(p: float, df: int) -> float:
@@ -566,7 +575,9 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
                     out.append(f"| {a} | {m} | {q['q50']:.2g} | {q['q99']:.2g} | {q['max']:.2g} | "
                                f"{q[f'share_below_{INERT:g}']:.3f} |")
     c = summary["compute"]
-    out.append(f"\nCompute: {c['runs']} runs, {c['run_time_s'] / 3600:.2f} h summed over the runs' own wall times.")
+    out.append(f"\nCompute: {c['runs']} of {c['runs_planned']} runs, {c['run_time_s'] / 3600:.2f} h summed over the runs' "
+               "own wall times" + (f", {c['run_time_s'] / c['projected_run_time_s']:.2f}x what the timing projected for "
+                                   "the same runs" if c["projected_run_time_s"] else "") + ".")
     return "\n".join(out)
 
 

@@ -36,6 +36,8 @@ def test_budget_rule_and_minimum_detectable_effect():
     timing = {"arms": {a: {"s_per_step": 2.0} for a in ls.ARMS}, "s_per_eval_n128": 30.0, "s_per_eval_n256": 60.0}
     # per run at n = 128: 120 * 2 + 6 * 30 = 420 s; 12 runs per arm, 6 arms, 2 jobs: 12 * 6 * 420 / 2 / 3600 = 4.2 h
     assert ls.projected_hours(timing, list(ls.ARMS), 128, plan) == pytest.approx(4.2)
+    assert ls.projected_run_s(timing, "grpo", 128, plan) == pytest.approx(420.0)
+    assert ls.projected_run_s(timing, "base", 256, plan) == pytest.approx(60.0)  # the base: one evaluation
     out = ls.budget(timing, plan)  # at n = 256: 600 s per run, 6.0 h: within the budget
     assert out["n_eval"] == 256 and out["arms"] == list(ls.ARMS)
     slow = {**timing, "arms": {a: {"s_per_step": 4.0} for a in ls.ARMS}}  # n = 128: 660 s per run, 6.6 h: drop one arm
