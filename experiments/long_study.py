@@ -357,7 +357,6 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
         row["equivalent"] = row.get("p_tost") is not None and row["p_tost"] < ALPHA
     base_eval = base[0]["trajectory"][0] if base else None
     runs_all = sel_results + confirm + base
-    runs_per_arm = len(plan["lrs"]) * len(plan["select"]) + len(plan["confirm"])
     return finite_or_none({
         "partial": not all(complete.values()), "complete": complete,
         "design": {"arms": {a: ARMS[a] for a in plan["arms"]}, "reference": REFERENCE, "task_flags": TASK_FLAGS,
@@ -372,7 +371,7 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
         "comparisons": comparisons,
         "endpoint_matched": {a: c["endpoint"] for a, c in comparisons.items()},
         "inertness": inertness, "update_share": update_share,
-        "compute": {"runs": len(runs_all), "runs_planned": len(plan["arms"]) * runs_per_arm + len(base_specs()),
+        "compute": {"runs": len(runs_all), "runs_planned": len(plan["arms"]) * runs_per_arm(plan) + len(base_specs()),
                     "run_time_s": round(sum(r["wall_time_s"] for r in runs_all), 1),
                     "projected_run_time_s": round(sum(projected_run_s(timing, r["spec"]["arm"], plan["n_eval"], plan)
                                                       for r in runs_all), 1) if timing else None,
@@ -433,6 +432,10 @@ def timing_run(plan: dict, steps: int = 5) -> dict:
     return out
 
 
+def runs_per_arm(plan: dict) -> int:
+    return len(plan["lrs"]) * len(plan["select"]) + len(plan["confirm"])
+
+
 def projected_run_s(timing: dict, arm: str, n: int, plan: dict) -> float:
     """One run's seconds by the timing: its RL steps and evaluations (the base: one evaluation)."""
     if arm == "base":
@@ -441,8 +444,7 @@ def projected_run_s(timing: dict, arm: str, n: int, plan: dict) -> float:
 
 
 def projected_hours(timing: dict, arms: list[str], n: int, plan: dict) -> float:
-    runs_per_arm = len(plan["lrs"]) * len(plan["select"]) + len(plan["confirm"])
-    return sum(runs_per_arm * projected_run_s(timing, a, n, plan) for a in arms) / BUDGET_JOBS / 3600
+    return sum(runs_per_arm(plan) * projected_run_s(timing, a, n, plan) for a in arms) / BUDGET_JOBS / 3600
 
 
 def t_quantile(p: float, df: int) -> float:
