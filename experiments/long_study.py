@@ -298,6 +298,16 @@ def quantiles(values: list[float]) -> dict:
     return {"n": len(xs), **q, "max": xs[-1], f"share_below_{INERT:g}": sum(x < INERT for x in xs) / len(xs)}
 
 
+def inert_verdict(confirm: list[dict], arm: str, planned: list[str]) -> dict:
+    """H1 from the arm's own steps; from every arm's (all log w_dev_sequence) only when the budget dropped the arm.
+    A planned arm without runs yet is not estimable, never read off another arm."""
+    pooled = arm not in planned
+    q = quantiles([x for r in confirm if pooled or r["spec"]["arm"] == arm for x in r["diagnostics"]["w_dev_sequence"]])
+    share = q.get(f"share_below_{INERT:g}")
+    return {"steps_from": "all arms" if pooled else arm, "share_of_steps_below": share, "threshold": INERT,
+            "required_share": INERT_SHARE, "holds": None if share is None else share >= INERT_SHARE}
+
+
 def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
     sel_results = load_results(select_specs(plan), plan)
     sel = selection(sel_results, plan)
@@ -334,12 +344,7 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
     for name, statement, kind, arm in HYPOTHESES:
         row = {"name": name, "statement": statement, "arm": arm, "reference": REFERENCE}
         if kind == "inert":
-            pooled = arm not in inertness  # reco dropped by the budget: every arm logs w_dev_sequence
-            q = quantiles([x for r in confirm if pooled or r["spec"]["arm"] == arm
-                           for x in r["diagnostics"]["w_dev_sequence"]])
-            share = q.get(f"share_below_{INERT:g}")
-            row |= {"steps_from": "all arms" if pooled else arm, "share_of_steps_below": share, "threshold": INERT,
-                    "required_share": INERT_SHARE, "holds": None if share is None else share >= INERT_SHARE}
+            row |= inert_verdict(confirm, arm, plan["arms"])
         elif arm in comparisons or (kind == "fork_share" and arm in fork and REFERENCE in fork):
             if kind == "primary":
                 stat = comparisons[arm]["primary"]
@@ -524,8 +529,9 @@ def claims(summary: dict) -> list[str]:
     for h in summary["primary"]:
         if "holds" in h:
             share = h.get("share_of_steps_below")
+            source = "all arms'" if h["steps_from"] == "all arms" else f"{h['steps_from']}'s"
             out.append(f"{h['name']}: " + ("not estimable (no runs)." if share is None else
-                       f"max |w - 1| of the sequence mode was below {h['threshold']:g} on {share:.1%} of reco's steps; "
+                       f"max |w - 1| of the sequence mode was below {h['threshold']:g} on {share:.1%} of {source} steps; "
                        + ("sequence is inert, as predicted." if h["holds"] else "sequence is not inert by the rule.")))
             continue
         if h.get("mean") is None:

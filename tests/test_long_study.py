@@ -132,3 +132,15 @@ def test_the_committed_block_is_the_render_of_the_committed_summary():
     summary = json.loads(summary_path.read_text())
     assert block == ls.render_block(summary, "results/long_study.json", "../results/long_study.png").strip()
     assert ("PARTIAL" in block) == summary["partial"]
+
+
+def test_inertness_is_read_from_its_own_arm_and_pooled_only_for_a_dropped_arm():
+    def run(arm, devs):
+        return {"spec": {"arm": arm}, "diagnostics": {"w_dev_sequence": devs}}
+
+    confirm = [run("grpo", [0.0, 0.5]), run("reco", [0.0, 0.0, 0.0, 0.2])]
+    own = ls.inert_verdict(confirm, "reco", ["grpo", "reco"])
+    assert own["steps_from"] == "reco" and own["share_of_steps_below"] == 0.75 and own["holds"] is False
+    assert ls.inert_verdict(confirm[:1], "reco", ["grpo", "reco"])["holds"] is None  # planned, not run yet
+    pooled = ls.inert_verdict(confirm[:1], "reco", ["grpo"])  # the budget dropped reco
+    assert pooled["steps_from"] == "all arms" and pooled["share_of_steps_below"] == 0.5
