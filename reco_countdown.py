@@ -198,12 +198,17 @@ def sft(cfg, model, tokenizer, exclude: set[Problem]):
     return model
 
 
-def load_base(cfg, tokenizer, exclude: set[Problem]):
-    """The SFT base policy, cached under runs/cache/ by the settings that shape it."""
+def base_cache_path(cfg) -> Path:
+    """Where load_base caches the SFT base: runs/cache/<the settings that shape it>/model.pt."""
     key = f"base-h{cfg.hidden}-l{cfg.layers}-s{cfg.sft_steps}-b{cfg.sft_batch}-lr{cfg.sft_lr}-seed{cfg.seed}-n{cfg.n_test}"
     if cfg.task == "countdown-long":
         key += f"-long-prior{'_'.join(f'{x:g}' for x in LONG_SFT_FORM_PRIOR)}"
-    path = Path("runs/cache") / key / "model.pt"
+    return Path("runs/cache") / key / "model.pt"
+
+
+def load_base(cfg, tokenizer, exclude: set[Problem]):
+    """The SFT base policy, cached under runs/cache/ by the settings that shape it."""
+    path = base_cache_path(cfg)
     torch.manual_seed(cfg.seed)
     model = tiny_model(tokenizer, cfg.hidden, cfg.layers, 64 if cfg.task == "countdown" else LONG_MAX_POSITIONS).to(cfg.device)
     if path.exists():

@@ -29,6 +29,7 @@ import gzip
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -43,7 +44,7 @@ from analysis import divergence, finite_or_none, holm, read_jsonl, summarize, t_
 from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
-from reco_countdown import LONG_SFT_FORM_PRIOR, TOKEN_CLASSES, char_tokenizer, load_base, make_splits  # noqa: E402
+from reco_countdown import LONG_SFT_FORM_PRIOR, TOKEN_CLASSES, base_cache_path, char_tokenizer, load_base, make_splits  # noqa: E402
 
 ARMS = {  # arm -> (reco_mini method, extra flags)
     "grpo": ("grpo", []),
@@ -57,6 +58,16 @@ REFERENCE = "grpo"
 TASK_FLAGS = ["--task", "countdown-long", "--sft-steps", "650"]  # the base chosen by experiments/long_base.py
 LRS, SELECT_SEEDS, CONFIRM_SEEDS = (1e-4, 2e-4), (20, 21), tuple(range(400, 408))
 STEPS, EVAL_EVERY, N_EVAL, K = 120, 20, 128, "64"  # K: the Pass@k of the primary statistic, fixed in advance
+# Amendment 1, fixed before any of its runs (docs/long_study.md): the original SFT base (sha256 54662208...) was lost
+# with a session's runs/, and retraining it on another machine gave other weights. The confirmation runs not yet done,
+# reco-canonical seeds 402-407, and the base's own test evaluation run on the replacement base below (its weights are
+# committed, results/long_study_base.pt), each paired with a grpo run of the same seed on that base; pairs never
+# cross bases.
+AMENDMENT = {"base_sha256": "2ca2c4f58f6aa82adb6a2b1448230f29f1aeeb8b4ec5cda726640e2538d56742",
+             "arms": {"reco-canonical": tuple(range(402, 408))}}
+AMENDMENT_WHY = ("the original SFT base (sha256 54662208300a) was lost with a session's run directory, and the same recipe "
+                 "retrained on another machine gave other weights; the runs not yet done moved to that retrained base, each "
+                 "paired with a grpo run of the same seed on it")
 EVAL_SEED_BASE = 1_000_000  # evaluation generator seed = EVAL_SEED_BASE + RL seed: never an RL seed
 TIE, KL_LIMIT, ALPHA, INERT, INERT_SHARE = 0.01, 2.0, 0.05, 1e-3, 0.99
 SELECTION_RULE = (
@@ -89,6 +100,7 @@ DIAGNOSTICS = [f"w_dev_{m.replace('-', '_')}" for m in rm.OCCURRENCES] + ["dup_e
 # =============================================================================
 
 def run_dir(out: Path, spec: dict) -> Path:
+    out = out / f"base-{spec['base']}" if "base" in spec else out  # a run of the amendment's replacement base
     if spec["arm"] == "base":
         return out / "base" / spec["split"]
     return out / spec["phase"] / spec["arm"] / f"lr{spec['lr']:g}" / f"seed{spec['seed']}"
@@ -134,9 +146,14 @@ _CTX: dict = {}
 WORKER_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
 
 
-def load_context(flags: list[str]) -> dict:
+def load_context(flags: list[str], base_file: Path | None = None) -> dict:
+    """Splits, tokenizer and SFT base; a committed `base_file` replaces the cached base, so that every machine runs on
+    the same weights (a retrained base differs from machine to machine)."""
     cfg = rm.parse_config([*TASK_FLAGS, *flags, "--seed", "0"])
     splits, tokenizer = make_splits(cfg), char_tokenizer(cfg.task)
+    if base_file is not None and base_file.exists():
+        base_cache_path(cfg).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(base_file, base_cache_path(cfg))
     base = load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"])).requires_grad_(False)
     return {"splits": splits, "tokenizer": tokenizer, "base": base}
 
@@ -177,11 +194,12 @@ def fingerprint(plan: dict) -> dict:
 
 
 def base_sha256(base) -> str:
-    """A digest of the base's weights: archived runs are restored only onto the same base."""
+    """A digest of the base's weights (a model or its state dict): archived runs are restored only onto a base the
+    design knows, and a run starts only on its own."""
     import hashlib
 
     digest = hashlib.sha256()
-    for name, tensor in sorted(base.state_dict().items()):
+    for name, tensor in sorted((base if isinstance(base, dict) else base.state_dict()).items()):
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
@@ -189,8 +207,14 @@ def base_sha256(base) -> str:
 
 def write_archive(path: Path, plan: dict, specs: list[dict], partial: bool, base: str | None) -> int:
     """The finished runs of `specs`, one JSON line each after a header line (gzip, no timestamp): what a fresh
-    checkout needs to resume the study. Returns how many runs it holds."""
+    checkout needs to resume the study; archived runs of the same design that are not on disk stay in it. Returns how
+    many runs it holds."""
     results = load_results(specs, plan)
+    if path.exists():
+        with gzip.open(path, "rt") as f:
+            if json.loads(f.readline())["fingerprint"] == fingerprint(plan):
+                on_disk = {json.dumps(r["spec"], sort_keys=True) for r in results}
+                results += [r for r in map(json.loads, f) if json.dumps(r["spec"], sort_keys=True) not in on_disk]
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
         header = {"what": "finished runs of experiments/long_study.py (raw results; restored by its next start)",
@@ -203,8 +227,8 @@ def write_archive(path: Path, plan: dict, specs: list[dict], partial: bool, base
 
 
 def restore_archive(path: Path, plan: dict, base: str | None = None) -> int:
-    """Write each archived run of this design (and, given `base`, of this base) back to its run directory where that
-    has none. Returns how many."""
+    """Write each archived run of this design back to its run directory where that has none; given `base`, only if
+    the design knows that base (the archive's own, or its amendment's). Returns how many."""
     if not path.exists():
         return 0
     with gzip.open(path, "rt") as f:
@@ -212,7 +236,7 @@ def restore_archive(path: Path, plan: dict, base: str | None = None) -> int:
         if header["fingerprint"] != fingerprint(plan):
             print(f"{path}: archived runs of another design ({header['fingerprint']}): not restored")
             return 0
-        if base is not None and header.get("base_sha256") not in (None, base):
+        if base is not None and header.get("base_sha256") is not None and base not in known_bases(plan, header["base_sha256"]):
             print(f"{path}: archived runs of another SFT base (sha256 {header['base_sha256'][:12]}, this one "
                   f"{base[:12]}): not restored")
             return 0
@@ -252,6 +276,53 @@ def confirm_specs(plan: dict, choices: dict) -> list[dict]:
 
 def base_specs() -> list[dict]:
     return [{"phase": "base", "arm": "base", "split": "test", "seed": 0}]
+
+
+def amendment_specs(plan: dict, choices: dict) -> list[dict]:
+    """The amendment's confirmation runs on its base: each replaced (arm, seed) and grpo's run of that seed."""
+    tag = {"base": plan["amendment"]["base_sha256"][:12]}
+    return [{"phase": "confirm", "arm": a, "lr": choices[a], "seed": s, "split": "test"} | tag
+            for arm, seeds in plan["amendment"]["arms"].items() for s in seeds for a in (REFERENCE, arm)]
+
+
+def study_confirm_specs(plan: dict, choices: dict) -> list[dict]:
+    """The confirmation runs: the design's, less those an amendment replaced, then the amendment's."""
+    if not plan.get("amendment"):
+        return confirm_specs(plan, choices)
+    replaced = {(a, s) for a, seeds in plan["amendment"]["arms"].items() for s in seeds}
+    return [s for s in confirm_specs(plan, choices) if (s["arm"], s["seed"]) not in replaced] + amendment_specs(plan, choices)
+
+
+def study_base_specs(plan: dict) -> list[dict]:
+    """The base's test evaluation: on the amendment's base where there is one (the original was never evaluated)."""
+    tag = {"base": plan["amendment"]["base_sha256"][:12]} if plan.get("amendment") else {}
+    return [spec | tag for spec in base_specs()]
+
+
+def confirm_runs_planned(plan: dict) -> int:
+    """Every arm's confirmation seeds, and grpo's runs of the replaced seeds on the amendment's base."""
+    return len(plan["arms"]) * len(plan["confirm"]) + sum(len(s) for s in (plan.get("amendment") or {"arms": {}})["arms"].values())
+
+
+def known_bases(plan: dict, original: str) -> set[str]:
+    return {original} | ({plan["amendment"]["base_sha256"]} if plan.get("amendment") else set())
+
+
+def on_base(specs: list[dict], plan: dict, base: str, original: str) -> list[dict]:
+    """The specs that may start on `base` (a tagged spec needs the amendment's base, the others the original); says how
+    many unfinished runs need another base."""
+    def needs(spec):
+        return plan["amendment"]["base_sha256"] if "base" in spec else original
+    waiting = [s for s in specs if needs(s) != base and not (run_dir(Path(plan["out"]), s) / "result.json").exists()]
+    if waiting:
+        print(f"{len(waiting)} unfinished runs need the SFT base {needs(waiting[0])[:12]}, not this one ({base[:12]}): "
+              "not started")
+    return [s for s in specs if needs(s) == base]
+
+
+def pair_key(spec: dict) -> str:
+    """Runs are paired across arms by seed, within one base: '402' on the original base, '402@<base>' on another."""
+    return f"{spec['seed']}@{spec['base']}" if "base" in spec else str(spec["seed"])
 
 
 # =============================================================================
@@ -312,18 +383,19 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
     sel_results = load_results(select_specs(plan), plan)
     sel = selection(sel_results, plan)
     complete = {"select": len(sel["choices"]) == len(plan["arms"])}
-    confirm = load_results(confirm_specs(plan, sel["choices"]), plan) if complete["select"] else []
-    complete["confirm"] = complete["select"] and len(confirm) == len(plan["arms"]) * len(plan["confirm"])
-    base = load_results(base_specs(), plan)
+    planned = study_confirm_specs(plan, sel["choices"]) if complete["select"] else []
+    confirm = load_results(planned, plan)
+    complete["confirm"] = complete["select"] and len(confirm) == len(planned)
+    base = load_results(study_base_specs(plan), plan)
     k = plan["k"]
     arms, curves, fork = {}, {}, {}
     for a in plan["arms"]:
         runs = sorted((r for r in confirm if r["spec"]["arm"] == a), key=lambda r: r["spec"]["seed"])
         if not runs:
             continue
-        seeds = [r["spec"]["seed"] for r in runs]
-        curves[a] = {s: measured_curve(r["trajectory"], k) for s, r in zip(seeds, runs)}
-        fork[a] = {s: _mean(r["diagnostics"]["share_fork"]) for s, r in zip(seeds, runs)}
+        seeds, keys = [r["spec"]["seed"] for r in runs], [pair_key(r["spec"]) for r in runs]
+        curves[a] = {key: measured_curve(r["trajectory"], k) for key, r in zip(keys, runs)}
+        fork[a] = {key: _mean(r["diagnostics"]["share_fork"]) for key, r in zip(keys, runs)}
         traj = []
         for r in runs:
             d, rows = r["diagnostics"], []
@@ -331,7 +403,8 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
                 lo = r["trajectory"][i - 1]["step"] if i else 0
                 rows.append({**row, "diagnostics": {n: _mean(v[lo: row["step"]]) for n, v in d.items()}})
             traj.append(rows)
-        arms[a] = {"lr": sel["choices"][a], "seeds": seeds, "trajectory": traj, "stopped": [r["stopped"] for r in runs],
+        arms[a] = {"lr": sel["choices"][a], "seeds": seeds, "bases": [r["spec"].get("base") for r in runs],
+                   "trajectory": traj, "stopped": [r["stopped"] for r in runs],
                    "final_pass_at_1": [r["trajectory"][-1]["pass_at_k"]["1"] if r["trajectory"] else None for r in runs]}
     comparisons = {a: compare(curves[a], curves[REFERENCE]) for a in curves if a != REFERENCE and REFERENCE in curves}
     inertness = {a: {m: quantiles([x for r in confirm if r["spec"]["arm"] == a
@@ -362,21 +435,32 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
         row["equivalent"] = row.get("p_tost") is not None and row["p_tost"] < ALPHA
     base_eval = base[0]["trajectory"][0] if base else None
     runs_all = sel_results + confirm + base
+    amendment = None
+    if plan.get("amendment"):  # its pairs alone, beside the pooled comparison: does the base change the answer?
+        tag = plan["amendment"]["base_sha256"][:12]
+        amendment = {"base_sha256": plan["amendment"]["base_sha256"], "replaced": plan["amendment"]["arms"],
+                     "why": AMENDMENT_WHY, "runs": sum(r["spec"].get("base") == tag for r in confirm),
+                     "on_its_base_only": {a: compare({key: c for key, c in curves[a].items() if key.endswith("@" + tag)},
+                                                     curves[REFERENCE])["primary"]
+                                          for a in plan["amendment"]["arms"] if a in curves and REFERENCE in curves}}
     return finite_or_none({
         "partial": not all(complete.values()), "complete": complete,
         "design": {"arms": {a: ARMS[a] for a in plan["arms"]}, "reference": REFERENCE, "task_flags": TASK_FLAGS,
                    "flags": plan["flags"], "lrs": list(plan["lrs"]), "select_seeds": list(plan["select"]),
-                   "confirm_seeds": list(plan["confirm"]), "steps": plan["steps"], "eval_every": plan["eval_every"],
+                   "confirm_seeds": list(plan["confirm"]), "confirm_runs_planned": confirm_runs_planned(plan), "steps": plan["steps"], "eval_every": plan["eval_every"],
                    "n_eval": plan["n_eval"], "k": int(k), "eval_seed": f"{EVAL_SEED_BASE} + RL seed",
                    "alpha": ALPHA, "equivalence_margin": EQUIVALENCE_MARGIN, "family": list(FAMILY),
                    "base": "one SFT base for every run: reco_mini's cached countdown-long base for seed 0 (runs/cache)"},
         "selection": sel, "arms": arms,
-        "base": {"pass_at_k": base_eval["pass_at_k"], "counts": base_eval["counts"]} if base_eval else None,
+        "base": {"pass_at_k": base_eval["pass_at_k"], "counts": base_eval["counts"],
+                 "sha256": plan["amendment"]["base_sha256"] if plan.get("amendment") else None} if base_eval else None,
+        "amendment": amendment,
         "primary": rows,
         "comparisons": comparisons,
         "endpoint_matched": {a: c["endpoint"] for a, c in comparisons.items()},
         "inertness": inertness, "update_share": update_share,
-        "compute": {"runs": len(runs_all), "runs_planned": len(plan["arms"]) * runs_per_arm(plan) + len(base_specs()),
+        "compute": {"runs": len(runs_all),
+                    "runs_planned": len(select_specs(plan)) + confirm_runs_planned(plan) + len(study_base_specs(plan)),
                     "run_time_s": round(sum(r["wall_time_s"] for r in runs_all), 1),
                     "projected_run_time_s": round(sum(projected_run_s(timing, r["spec"]["arm"], plan["n_eval"], plan)
                                                       for r in runs_all), 1) if timing else None,
@@ -543,8 +627,23 @@ def claims(summary: dict) -> list[str]:
             reading = f"not confirmed; the effect is equivalent to zero within ±{EQUIVALENCE_MARGIN} (TOST)"
         else:
             reading = "not confirmed, and not shown equivalent to zero: a null, not evidence of no effect"
+        if not h.get("confirmed") and h.get("ci_high") is not None and h["ci_high"] < 0:
+            reading += f"; its 95% CI lies below zero ({h['arm']} is worse here; two-sided, not Holm-corrected)"
         out.append(f"{h['name']}: {h['arm']} − {h['reference']} = {_interval(h)} over {h['n']} seeds; {reading}.")
     return out
+
+
+def amendment_lines(summary: dict) -> list[str]:
+    """The amendment: why, which runs, and its pairs alone beside the pooled comparison."""
+    a = summary.get("amendment")
+    if not a:
+        return []
+    replaced = "; ".join(f"{arm} seeds {min(seeds)}-{max(seeds)}" for arm, seeds in a["replaced"].items())
+    alone = "; ".join(f"{arm} − {REFERENCE} on its base alone: {_interval(c)} over {c['n']} seeds"
+                      for arm, c in a["on_its_base_only"].items() if c.get("n"))
+    return [f"\n**Amendment 1** (fixed before any of its runs; [long_study.md](long_study.md#amendment-1-a-replacement-base)): "
+            f"{a['why']}. Replaced: {replaced}. Runs on the replacement base (sha256 {a['base_sha256'][:12]}): "
+            f"{a['runs']} finished." + (f" {alone}." if alone else "")]
 
 
 def render_block(summary: dict, results_path: str, png: str) -> str:
@@ -557,23 +656,29 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
         planned = len(d["arms"]) * len(d["lrs"]) * len(d["select_seeds"])
         confirmed = sum(len(a["seeds"]) for a in summary["arms"].values())
         out.append(f"\n**PARTIAL: the study has not finished.** Phases complete: {done}. Finished runs: selection "
-                   f"{selected} of {planned}, confirmation {confirmed} of {len(d['arms']) * len(d['confirm_seeds'])}.")
-    out.append(f"\nCountdown-long, one SFT base; RL {d['steps']} steps, evaluated every {d['eval_every']} steps, "
+                   f"{selected} of {planned}, confirmation {confirmed} of {d['confirm_runs_planned']}.")
+    bases = "one SFT base, and a second for Amendment 1's pairs" if summary.get("amendment") else "one SFT base"
+    out.append(f"\nCountdown-long, {bases}; RL {d['steps']} steps, evaluated every {d['eval_every']} steps, "
                f"n = {d['n_eval']}, primary k = {d['k']}; confirmation seeds {d['confirm_seeds']} on the test split.")
+    out += amendment_lines(summary)
+    if summary.get("base"):
+        b, which = summary["base"]["pass_at_k"], "replacement base" if summary["base"].get("sha256") else "base"
+        out.append(f"\nThe {which} before RL, test split: Pass@1 {b['1']:.3f}, Pass@{d['k']} {b[str(d['k'])]:.3f}.")
     if summary["arms"]:
         out.append(f"\n![Frontier and update share]({png})")
     out.append("\n**Hypotheses** (declared before the run; H2-H4 one Holm family at α = 0.05; TOST ±0.02):\n")
     out += [f"- {c}" for c in claims(summary)]
     if summary["arms"]:
-        out.append(f"\n| arm | lr | final Pass@1 | primary gap to {REFERENCE} | endpoint-matched | fork share | "
-                   "style share | determined share | other share |")
-        out.append("|---" * 9 + "|")
+        out.append(f"\n| arm | lr | runs | final Pass@1 | final Pass@{d['k']} | primary gap to {REFERENCE} | endpoint-matched | "
+                   "fork share | style share | determined share | other share |")
+        out.append("|---" * 11 + "|")
         for a, v in summary["arms"].items():
             c = summary["comparisons"].get(a, {})
             shares = [_interval({**s, "ci_low": None}) if (s := summary["update_share"][a][ch]) else "–"
                       for ch in TOKEN_CLASSES]
-            out.append(f"| {a} | {v['lr']:g} | {_mean(v['final_pass_at_1']):.3f} | {_interval(c.get('primary', {}))} | "
-                       f"{_interval(c.get('endpoint', {}))} | " + " | ".join(shares) + " |")
+            final_k = _mean([t[-1]["pass_at_k"][str(d["k"])] for t in v["trajectory"] if t])
+            out.append(f"| {a} | {v['lr']:g} | {len(v['seeds'])} | {_mean(v['final_pass_at_1']):.3f} | {final_k:.3f} | "
+                       f"{_interval(c.get('primary', {}))} | {_interval(c.get('endpoint', {}))} | " + " | ".join(shares) + " |")
         out.append("\n**Inertness** (max |w − 1| per step, quantiles over steps and seeds):\n")
         out.append("| arm | mode | median | q99 | max | share of steps below 1e-3 |")
         out.append("|---|---|---|---|---|---|")
@@ -596,9 +701,9 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
 def make_plan(args: argparse.Namespace, timing: dict | None) -> dict:
     """The study's settings; a timing of this base (same TASK_FLAGS) fixes n and the arms by BUDGET_RULE."""
     plan = {"out": args.out, "flags": [], "steps": STEPS, "eval_every": EVAL_EVERY, "lrs": LRS, "select": SELECT_SEEDS,
-            "confirm": CONFIRM_SEEDS, "arms": list(ARMS), "k": K, "n_eval": N_EVAL}
+            "confirm": CONFIRM_SEEDS, "arms": list(ARMS), "k": K, "n_eval": N_EVAL, "amendment": AMENDMENT}
     if args.quick:
-        return plan | QUICK | {"n_eval": 8}
+        return plan | QUICK | {"n_eval": 8, "amendment": None}
     if timing and timing.get("task_flags") == TASK_FLAGS and not args.timing:
         plan |= {"n_eval": timing["budget"]["n_eval"], "arms": timing["budget"]["arms"]}
     elif not args.timing:
@@ -631,28 +736,35 @@ def main(argv: list[str] | None = None) -> dict:
         timing_path.write_text(json.dumps(finite_or_none({**timing, "budget": budget(timing, plan)}), indent=1))
         print(f"wrote {timing_path}")
         return timing
-    archive = results.with_name(results.stem + "_runs.jsonl.gz")
-    base = archived_base(archive) if args.aggregate_only else None
-    if base is None:  # the digest of the SFT base, trained (with the same threads in every session) and cached once
+    archive, base_file = results.with_name(results.stem + "_runs.jsonl.gz"), results.with_name(results.stem + "_base.pt")
+    original = base = archived_base(archive)  # original: the base of the archived runs without a base tag
+    if not args.aggregate_only:  # the SFT base: the committed one where there is one, else trained (1 thread) and cached
         torch.set_num_threads(args.threads)
-        base = base_sha256(load_context(plan["flags"])["base"])
+        model = load_context(plan["flags"], base_file)["base"]
+        base = base_sha256(model)
+        if not base_file.exists() and base in known_bases(plan, original or base):  # kept for the next machine
+            torch.save(model.state_dict(), base_file.with_suffix(".tmp"))
+            base_file.with_suffix(".tmp").replace(base_file)
+    original = original or base
     restored = restore_archive(archive, plan, base)
     if restored:
         print(f"restored {restored} finished runs from {archive}")
     phases, ran = set(args.phases.split(",")), 0
     if not args.aggregate_only:
         if "select" in phases:
-            ran += run_all(select_specs(plan), plan, args.jobs, args.threads)
+            ran += run_all(on_base(select_specs(plan), plan, base, original), plan, args.jobs, args.threads)
         choices = selection(load_results(select_specs(plan), plan), plan)["choices"]
         if "confirm" in phases and len(choices) == len(plan["arms"]):
-            ran += run_all(confirm_specs(plan, choices) + base_specs(), plan, args.jobs, args.threads)
+            ran += run_all(on_base(study_confirm_specs(plan, choices) + study_base_specs(plan), plan, base, original), plan,
+                           args.jobs, args.threads)
     summary = aggregate(plan, time.time() - start, timing)
     summary["compute"]["runs_this_invocation"] = ran
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(summary, indent=1))
     choices = summary["selection"]["choices"]
-    specs = select_specs(plan) + (confirm_specs(plan, choices) if len(choices) == len(plan["arms"]) else []) + base_specs()
-    write_archive(archive, plan, specs, summary["partial"], base)
+    specs = select_specs(plan) + (study_confirm_specs(plan, choices) if len(choices) == len(plan["arms"]) else []) \
+        + study_base_specs(plan)
+    write_archive(archive, plan, specs, summary["partial"], original)
     png = results.with_suffix(".png")
     if summary["arms"]:
         plot(summary, png)

@@ -107,6 +107,58 @@ def test_quick_study_end_to_end_schema_and_resume(tmp_path, monkeypatch):
     assert ls.restore_archive(tmp_path / "q_runs.jsonl.gz", plan, base=ls.archived_base(tmp_path / "q_runs.jsonl.gz")) > 0
 
 
+@pytest.mark.slow
+def test_quick_study_amendment_runs_on_its_own_base_and_pairs_within_it(tmp_path, monkeypatch):
+    """A lost base: the replaced runs, with grpo's of their seeds, run on the amendment's base, pairs never cross bases,
+    the base is committed beside the summary, and nothing ever starts on a base the design does not know."""
+    import shutil
+
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    out, results = tmp_path / "runs" / "q", tmp_path / "q.json"
+    args = ["--quick", "--out", str(out), "--results", str(results)]
+    first = ls.main(args)
+    base_file, (cache,) = tmp_path / "q_base.pt", list((tmp_path / "runs" / "cache").glob("*/model.pt"))
+    original = ls.archived_base(tmp_path / "q_runs.jsonl.gz")
+    assert base_file.exists() and ls.base_sha256(torch.load(base_file, weights_only=True)) == original
+
+    def retrained(shift: float) -> str:  # the same recipe on another machine: other weights
+        weights = torch.load(cache, weights_only=True)
+        weights["model.norm.weight"] = weights["model.norm.weight"] + shift  # not a tied weight
+        torch.save(weights, cache)
+        return ls.base_sha256(torch.load(cache, weights_only=True))
+
+    shutil.rmtree(out)
+    base_file.unlink()
+    other = retrained(1e-3)
+    make_plan = ls.make_plan
+    monkeypatch.setattr(ls, "make_plan", lambda *a: make_plan(*a) | {
+        "amendment": {"base_sha256": other, "arms": {"reco-canonical": (401,)}}})
+    second = ls.main(args)
+    tag = other[:12]
+    assert second["compute"]["runs_this_invocation"] == 3  # grpo and reco-canonical seed 401, the base's evaluation
+    assert not second["partial"] and second["base"]["sha256"] == other
+    assert set(second["comparisons"]["reco-canonical"]["primary"]["per_seed"]) == {"400", f"401@{tag}"}
+    assert set(second["comparisons"]["reco-token"]["primary"]["per_seed"]) == {"400", "401"}
+    assert second["arms"]["grpo"]["seeds"] == [400, 401, 401] and second["arms"]["grpo"]["bases"] == [None, None, tag]
+    assert second["arms"]["reco-token"]["trajectory"] == first["arms"]["reco-token"]["trajectory"]  # restored, not rerun
+    assert ls.base_sha256(torch.load(base_file, weights_only=True)) == other and ls.archived_base(tmp_path / "q_runs.jsonl.gz") == original
+    assert second["amendment"]["on_its_base_only"]["reco-canonical"]["n"] == 1
+    cache.unlink()  # a third machine with the committed base: it runs on that base, and nothing is redone
+    shutil.rmtree(out)
+    third = ls.main(args)
+    assert third["compute"]["runs_this_invocation"] == 0 and third["primary"] == second["primary"]
+    shutil.rmtree(out)  # a base the design does not know: nothing restored onto it, nothing started on it
+    base_file.unlink()
+    retrained(1e-3)
+    fourth = ls.main(args)
+    assert fourth["compute"]["runs_this_invocation"] == 0 and fourth["partial"] and not fourth["arms"]
+    with ls.gzip.open(tmp_path / "q_runs.jsonl.gz", "rt") as f:  # and the archive lost none of its runs
+        # + the replaced run and the base evaluation of the original base, which the amended design no longer reads
+        assert json.loads(f.readline())["runs"] == second["compute"]["runs"] + 2
+
+
 def test_base_choice_rule_on_synthetic_candidates():
     spec = importlib.util.spec_from_file_location("long_base", ROOT / "experiments" / "long_base.py")
     lb = importlib.util.module_from_spec(spec)
