@@ -14,6 +14,7 @@ import itertools
 import math
 import random
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,9 @@ def parse_arithmetic(expr: str) -> ast.AST | None:
     """The syntax tree of an expression of integers, + - * and parentheses; None for anything else.
     A whitelist over Python's ast: the text is parsed, never run."""
     try:
-        tree = ast.parse(expr, mode="eval").body if len(expr) <= 64 else None
+        with warnings.catch_warnings():  # text like "3or 4" warns "invalid decimal literal"; it is still refused below
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(expr, mode="eval").body if len(expr) <= 64 else None
     except (SyntaxError, ValueError):
         return None
     ok = (ast.Expression, ast.BinOp, ast.Add, ast.Sub, ast.Mult)
@@ -322,6 +325,12 @@ def answer_text(problem, text: str) -> str:
     if not isinstance(problem, LongProblem):
         return text
     return text.rsplit(":", 1)[1].removeprefix(" ") if ":" in text else ""
+
+
+def form_counts(problem, correct: list[str]) -> list[int]:
+    """The correct responses of a problem per FORMS index, and one last column for any other shape."""
+    found = [countdown_form(answer_text(problem, t)) for t in correct]
+    return [found.count(f) for f in range(len(FORMS))] + [found.count(None)]
 
 
 def response_key(problem, text: str) -> str:

@@ -36,6 +36,24 @@ class ConfigError(ValueError):  # a bad setting; the message names the flag
         self.name, self.message = name, message
 
 
+def loss_checks(cfg, occurrences: list[str], token_ratios: list[str]) -> list[tuple[str, bool, str]]:
+    """reco_mini.LossConfig's checks of the policy-loss settings: (field, ok, message)."""
+    return [
+        ("occurrence", cfg.occurrence in ("", *occurrences), f"must be one of {occurrences}"),
+        ("occurrence_apply", cfg.occurrence_apply in ("all", "positive"), "must be all or positive"),
+        ("token_ratio", cfg.token_ratio in ("", *token_ratios), f"must be one of {token_ratios}"),
+        ("focal_gamma", cfg.focal_gamma is None or cfg.focal_gamma >= 0, "must be >= 0"),
+        ("variance_cap", cfg.variance_cap > 0, "must be > 0"),
+        ("variance_norm", cfg.variance_norm in ("batch", "none"), "must be batch or none"),
+        ("clip_low", 0 < cfg.clip_low < 1, "must be in (0, 1)"),
+        ("clip_high", cfg.clip_high > 0, "must be > 0"),
+        ("dual_clip", cfg.dual_clip == 0 or cfg.dual_clip > 1, "must be 0 (off) or > 1"),
+        ("kl_coef", cfg.kl_coef >= 0, "must be >= 0"),
+        ("aggregation", cfg.aggregation in ("token-mean", "seq-mean-token-mean"),
+         "must be token-mean or seq-mean-token-mean"),
+    ]
+
+
 def run_checks(cfg, methods: list[str]) -> list[tuple[str, bool, str]]:
     """reco_mini.Config's checks of the run's own settings (task, files, sizes, flags): (field, ok, message)."""
     import reco_log

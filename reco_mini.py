@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 import reco_countdown  # the task: labels, canonical keys and per-step diagnostics of countdown-long
 import reco_io  # plumbing: command line, files, model loading, precision, table and plot
 import reco_log  # log.jsonl, and TensorBoard / W&B on request
-from reco_countdown import FORMS, Problem, char_tokenizer, countdown_form, countdown_reward, load_base, make_splits
+from reco_countdown import Problem, char_tokenizer, countdown_reward, load_base, make_splits
 from reco_grader import grade_answer  # math answers: safe parser + sympy, time-bounded
 from reco_io import ConfigError, opt, sample  # a flag's error and help text; the KV-cache sampler
 
@@ -81,20 +81,7 @@ class LossConfig:
                 raise ConfigError(name, message)
 
     def checks(self) -> list[tuple[str, bool, str]]:
-        return [
-            ("occurrence", self.occurrence in ("", *OCCURRENCES), f"must be one of {list(OCCURRENCES)}"),
-            ("occurrence_apply", self.occurrence_apply in ("all", "positive"), "must be all or positive"),
-            ("token_ratio", self.token_ratio in ("", *TOKEN_RATIOS), f"must be one of {list(TOKEN_RATIOS)}"),
-            ("focal_gamma", self.focal_gamma is None or self.focal_gamma >= 0, "must be >= 0"),
-            ("variance_cap", self.variance_cap > 0, "must be > 0"),
-            ("variance_norm", self.variance_norm in ("batch", "none"), "must be batch or none"),
-            ("clip_low", 0 < self.clip_low < 1, "must be in (0, 1)"),
-            ("clip_high", self.clip_high > 0, "must be > 0"),
-            ("dual_clip", self.dual_clip == 0 or self.dual_clip > 1, "must be 0 (off) or > 1"),
-            ("kl_coef", self.kl_coef >= 0, "must be >= 0"),
-            ("aggregation", self.aggregation in ("token-mean", "seq-mean-token-mean"),
-             "must be token-mean or seq-mean-token-mean"),
-        ]
+        return reco_io.loss_checks(self, list(OCCURRENCES), list(TOKEN_RATIOS))  # (field, ok, message)
 
 
 def loss_config(cfg: LossConfig, method: str) -> LossConfig:
@@ -420,11 +407,8 @@ def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor
     hidden states there instead, [B, T, H], from which the lm head makes those logits (token_stats' head)."""
     ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    if hidden:
-        out = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
-    else:
-        out = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits
-    return out[:, prompt_ids.shape[1] - 1: -1]
+    out = (model.get_decoder() if hidden else model)(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
+    return (out.last_hidden_state if hidden else out.logits)[:, prompt_ids.shape[1] - 1: -1]
 
 
 def forward_stats(cfg: Config, model, seqs: tuple, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -443,9 +427,7 @@ def prompt_text(problem, tokenizer) -> str:
 
 
 def reward(problem, response: str) -> float:
-    if isinstance(problem, Problem):
-        return countdown_reward(problem, response)
-    return float(grade_answer(response, problem["answer"]))
+    return countdown_reward(problem, response) if isinstance(problem, Problem) else float(grade_answer(response, problem["answer"]))
 
 
 def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Generator) -> dict:
@@ -479,7 +461,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
     evaluation on `eval_problems` to run_dir/trajectory.jsonl. `base` serves the KL term and kl_base where at hand."""
     loss_cfg = loss_config(cfg, method)
     rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     P, G = cfg.prompts_per_step, cfg.group_size
     ckpt, log = run_dir / "model.pt", reco_log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
     trajectory = open(run_dir / "trajectory.jsonl", "w", buffering=1) if cfg.eval_every and eval_problems else None
@@ -511,7 +493,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         with reco_io.training(model, cfg.gradient_checkpointing):
             for _ in range(cfg.epochs):
                 for idx in torch.randperm(P * G, generator=gen, device=cfg.device).chunk(cfg.minibatches):
-                    opt.zero_grad()
+                    optimizer.zero_grad()
                     loss = 0.0
                     for mic in idx.split(cfg.micro_batch or len(idx)):  # gradients add up over the mini-batch
                         with precision:
@@ -526,7 +508,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                     if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # stop before the weights go bad
                         kept = f"last good checkpoint kept at {ckpt}" if ckpt.exists() else "no checkpoint yet"
                         sys.exit(f"error: non-finite loss or gradient in {method} at step {step}; {kept}")
-                    opt.step()
+                    optimizer.step()
                     stats.setdefault("grad_norm", []).append(grad_norm)
                     stats.setdefault("loss", []).append(loss)
         if (step + 1) % 10 == 0 or step + 1 == cfg.steps:
@@ -557,7 +539,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
 @torch.no_grad()
 def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
     """Pass@k averaged over problems, mean accuracy, distinct correct responses, solved-any; per problem the
-    correct count and (countdown) the correct samples per FORMS index, plus one column for other shapes."""
+    correct count and (countdown) its correct samples per form (reco_countdown.form_counts)."""
     gen = torch.Generator(cfg.device).manual_seed(cfg.seed + 1 if cfg.eval_seed < 0 else cfg.eval_seed)  # same for every model
     n, per_call = cfg.n_eval, max(1, cfg.eval_batch // cfg.n_eval)
     counts, distinct, forms = [], [], []
@@ -568,8 +550,7 @@ def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
             counts.append(len(correct))
             distinct.append(len(set(correct)))
             if isinstance(problems[0], Problem):
-                found = [countdown_form(reco_countdown.answer_text(problems[i + j], t)) for t in correct]
-                forms.append([found.count(f) for f in range(len(FORMS))] + [found.count(None)])
+                forms.append(reco_countdown.form_counts(problems[i + j], correct))
     ks = [int(k) for k in cfg.ks.split(",")] if cfg.ks else default_ks(n)
     return {"pass_at_k": {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks},
             "mean_accuracy": sum(counts) / (n * len(counts)), "distinct_correct": sum(distinct) / len(distinct),

@@ -110,6 +110,26 @@ def test_countdown_form_table():
         assert countdown_form(expr) == form, expr
 
 
+def test_parser_rejects_invalid_literals_without_warning():
+    import warnings
+
+    from reco_countdown import parse_arithmetic
+
+    with warnings.catch_warnings(record=True) as caught:  # "error" would not do: compile turns it into a SyntaxError
+        warnings.simplefilter("always")
+        assert [parse_arithmetic(t) for t in ("3or 4", "1in 2", "7if 1", "0x1for")] == [None] * 4
+    assert [str(w.message) for w in caught] == []
+
+
+def test_form_counts_by_hand():
+    from reco_countdown import LongProblem, form_counts
+
+    short = Problem((3, 7, 12), 33)
+    assert form_counts(short, ["3*7+12", "12+7*3", "(3+7)*12", "3+7+12", "12-3*7"]) == [2, 0, 1, 0, 1, 1]
+    assert form_counts(short, []) == [0] * (len(FORMS) + 1)
+    assert form_counts(LongProblem((3, 7, 12), 33), ["pick 3*7=21. answer: 3*7+12", "answer:(3+7)*12", "no answer"]) == [1, 0, 1, 0, 0, 1]
+
+
 def test_solving_forms_by_enumeration():
     from reco_countdown import solving_forms
 
