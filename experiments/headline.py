@@ -2,8 +2,8 @@
 
 It reuses the studies' own generated sentences: the exploratory CPU study's concentration claim
 (experiments/cpu_study.py `claims`), the frontier study's tested hypotheses (experiments/frontier_study.py
-`claims`) and, labelled exploratory, the whole-trajectory re-analysis of that study (experiments/protocol.py
-`verdict`). tests/test_docs.py checks that the README's block is what this renders from the committed files.
+`claims`), labelled exploratory, the whole-trajectory re-analysis of that study (experiments/protocol.py
+`verdict`), and the long-response study's hypotheses (experiments/long_study.py `claims`), or how far it has run. tests/test_docs.py checks that the README's block is what this renders from the committed files.
 
   python experiments/headline.py --write README.md
 """
@@ -17,11 +17,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpu_study  # noqa: E402
 import frontier_study  # noqa: E402
+import long_study  # noqa: E402
 import protocol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
 FRONTIER, CPU, REANALYSIS = "results/frontier_study.json", "results/cpu_study.json", "results/frontier_reanalysis.json"
+LONG = "results/long_study.json"
+SOURCES = (FRONTIER, CPU, REANALYSIS, LONG)
 
 
 def trajectory_sentences(reanalysis: dict) -> list[str]:
@@ -34,13 +37,27 @@ def trajectory_sentences(reanalysis: dict) -> list[str]:
     return out
 
 
-def render(frontier: dict, cpu: dict, reanalysis: dict) -> str:
+def long_study_lines(long: dict) -> list[str]:
+    """The long-response study's hypotheses, each read by its rule; while it runs, only how far it is."""
+    head = ("- Pre-registered long-response study (countdown-long, where exact duplicates vanish; "
+            "[docs/long_study.md](docs/long_study.md))")
+    if long["partial"]:
+        return [f"{head}: **partial**, {long['compute']['runs']} of {long['compute']['runs_planned']} runs; no finding is "
+                "drawn from it until it finishes."]
+    k = long["design"]["k"]
+    return [f"{head}: {len(long['design']['confirm_seeds'])} seeds per arm, paired with GRPO; H2-H3 read the mean "
+            f"Pass@{k} gap over the Pass@1 range both runs cover, H4 the fork tokens' share of the update; H2-H4 "
+            "Holm-corrected:", *[f"  - {claim}" for claim in long_study.claims(long)]]
+
+
+def render(frontier: dict, cpu: dict, reanalysis: dict, long: dict) -> str:
     """The block: the concentration sentence, the tested hypotheses, the frontier plot and where the rest is."""
     design, hypotheses = frontier["design"], frontier["hypotheses"]
     concentration = next(c for c in cpu_study.claims(cpu) if c.startswith("**Concentration.**"))
     tested = frontier_study.claims(frontier)[: len(hypotheses)]
     return "\n".join([
-        f"_Generated from `{FRONTIER}`, `{REANALYSIS}` and `{CPU}` by `python experiments/headline.py --write README.md`; "
+        f"_Generated from `{FRONTIER}`, `{REANALYSIS}`, `{CPU}` and `{LONG}` by `python experiments/headline.py --write "
+        "README.md`; "
         "rerun it rather than editing._",
         "",
         f"- Exploratory study ({len(cpu['study']['seeds'])} "
@@ -51,6 +68,7 @@ def render(frontier: dict, cpu: dict, reanalysis: dict) -> str:
         f"- Exploratory, added after the fact: the same runs read along their whole trajectories (Pass@{reanalysis['k']} "
         "gap to GRPO averaged over the Pass@1 range that both runs' measured checkpoints cover; docs/results.md):",
         *[f"  - {sentence}" for sentence in trajectory_sentences(reanalysis)],
+        *long_study_lines(long),
         "",
         "![The matched frontier and the training trajectories](results/frontier_study.png)",
     ])
@@ -68,7 +86,7 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", type=Path, help="page to fill between the headline markers (README.md)")
     args = parser.parse_args(argv)
-    block = render(*(json.loads((ROOT / path).read_text()) for path in (FRONTIER, CPU, REANALYSIS)))
+    block = render(*(json.loads((ROOT / path).read_text()) for path in SOURCES))
     if args.write:
         write(args.write, block)
     else:

@@ -271,12 +271,27 @@ def test_readme_findings_are_generated_from_the_committed_results():
 
     text = README.read_text()
     block = text.split(headline.BEGIN, 1)[1].split(headline.END, 1)[0]
-    want = headline.render(*(json.loads((ROOT / p).read_text()) for p in (headline.FRONTIER, headline.CPU, headline.REANALYSIS)))
+    want = headline.render(*(json.loads((ROOT / p).read_text()) for p in headline.SOURCES))
     assert block.strip() == want.strip(), "rerun: python experiments/headline.py --write README.md"
     outside = headline.BEGIN.join([text.split(headline.BEGIN)[0], text.split(headline.END)[1]])
     # measured values are decimals: none may be typed outside the block (model names and the arXiv id are not values)
     typed = re.findall(r"(?<![\w.-])(?<!arXiv )[0-9]+\.[0-9]+(?![\w.])", FENCE.sub("", outside))
     assert not typed, f"README.md has typed decimal numbers outside generated blocks: {typed}"
+
+
+def test_readme_long_study_lines_say_partial_or_give_every_hypothesis():
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import headline
+
+    summary = json.loads((ROOT / headline.LONG).read_text())
+    (line,) = headline.long_study_lines(summary | {"partial": True})
+    assert "**partial**" in line and f"of {summary['compute']['runs_planned']} runs" in line
+    finished = headline.long_study_lines(summary | {"partial": False})
+    assert [row.split(":")[0].strip(" -") for row in finished[1:]] == ["H1", "H2", "H3", "H4"]
+    assert "partial" not in " ".join(finished)
 
 
 def test_pages_name_only_existing_docs():
