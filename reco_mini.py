@@ -426,8 +426,8 @@ def prompt_text(problem, tokenizer) -> str:
     return build_prompt(tokenizer, problem["problem"], "chat" if getattr(tokenizer, "chat_template", None) else "plain")
 
 
-def reward(problem, response: str) -> float:
-    return countdown_reward(problem, response) if isinstance(problem, Problem) else float(grade_answer(response, problem["answer"]))
+def reward(problem, text: str) -> float:
+    return countdown_reward(problem, text) if isinstance(problem, Problem) else float(grade_answer(text, problem["answer"]))
 
 
 def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Generator) -> dict:

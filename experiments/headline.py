@@ -3,7 +3,8 @@
 It reuses the studies' own generated sentences: the exploratory CPU study's concentration claim
 (experiments/cpu_study.py `claims`), the frontier study's tested hypotheses (experiments/frontier_study.py
 `claims`), labelled exploratory, the whole-trajectory re-analysis of that study (experiments/protocol.py
-`verdict`), and the long-response study's hypotheses (experiments/long_study.py `claims`), or how far it has run. tests/test_docs.py checks that the README's block is what this renders from the committed files.
+`verdict`), and the long-response study's hypotheses (experiments/long_study.py `claims`), or how far it has run.
+tests/test_docs.py checks that the README's block is what this renders from the committed files.
 
   python experiments/headline.py --write README.md
 """

@@ -301,7 +301,8 @@ def study_base_specs(plan: dict) -> list[dict]:
 
 def confirm_runs_planned(plan: dict) -> int:
     """Every arm's confirmation seeds, and grpo's runs of the replaced seeds on the amendment's base."""
-    return len(plan["arms"]) * len(plan["confirm"]) + sum(len(s) for s in (plan.get("amendment") or {"arms": {}})["arms"].values())
+    replaced = (plan.get("amendment") or {"arms": {}})["arms"]
+    return len(plan["arms"]) * len(plan["confirm"]) + sum(len(seeds) for seeds in replaced.values())
 
 
 def known_bases(plan: dict, original: str) -> set[str]:
@@ -447,10 +448,13 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
         "partial": not all(complete.values()), "complete": complete,
         "design": {"arms": {a: ARMS[a] for a in plan["arms"]}, "reference": REFERENCE, "task_flags": TASK_FLAGS,
                    "flags": plan["flags"], "lrs": list(plan["lrs"]), "select_seeds": list(plan["select"]),
-                   "confirm_seeds": list(plan["confirm"]), "confirm_runs_planned": confirm_runs_planned(plan), "steps": plan["steps"], "eval_every": plan["eval_every"],
+                   "confirm_seeds": list(plan["confirm"]), "confirm_runs_planned": confirm_runs_planned(plan),
+                   "steps": plan["steps"], "eval_every": plan["eval_every"],
                    "n_eval": plan["n_eval"], "k": int(k), "eval_seed": f"{EVAL_SEED_BASE} + RL seed",
                    "alpha": ALPHA, "equivalence_margin": EQUIVALENCE_MARGIN, "family": list(FAMILY),
-                   "base": "one SFT base for every run: reco_mini's cached countdown-long base for seed 0 (runs/cache)"},
+                   "base": "one SFT base for every run: reco_mini's cached countdown-long base for seed 0 (runs/cache)"
+                           + ("; Amendment 1's pairs on a second, committed one (results/long_study_base.pt)"
+                              if plan.get("amendment") else "")},
         "selection": sel, "arms": arms,
         "base": {"pass_at_k": base_eval["pass_at_k"], "counts": base_eval["counts"],
                  "sha256": plan["amendment"]["base_sha256"] if plan.get("amendment") else None} if base_eval else None,

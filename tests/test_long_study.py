@@ -143,7 +143,8 @@ def test_quick_study_amendment_runs_on_its_own_base_and_pairs_within_it(tmp_path
     assert set(second["comparisons"]["reco-token"]["primary"]["per_seed"]) == {"400", "401"}
     assert second["arms"]["grpo"]["seeds"] == [400, 401, 401] and second["arms"]["grpo"]["bases"] == [None, None, tag]
     assert second["arms"]["reco-token"]["trajectory"] == first["arms"]["reco-token"]["trajectory"]  # restored, not rerun
-    assert ls.base_sha256(torch.load(base_file, weights_only=True)) == other and ls.archived_base(tmp_path / "q_runs.jsonl.gz") == original
+    assert ls.base_sha256(torch.load(base_file, weights_only=True)) == other
+    assert ls.archived_base(tmp_path / "q_runs.jsonl.gz") == original
     assert second["amendment"]["on_its_base_only"]["reco-canonical"]["n"] == 1
     cache.unlink()  # a third machine with the committed base: it runs on that base, and nothing is redone
     shutil.rmtree(out)

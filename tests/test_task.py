@@ -127,7 +127,8 @@ def test_form_counts_by_hand():
     short = Problem((3, 7, 12), 33)
     assert form_counts(short, ["3*7+12", "12+7*3", "(3+7)*12", "3+7+12", "12-3*7"]) == [2, 0, 1, 0, 1, 1]
     assert form_counts(short, []) == [0] * (len(FORMS) + 1)
-    assert form_counts(LongProblem((3, 7, 12), 33), ["pick 3*7=21. answer: 3*7+12", "answer:(3+7)*12", "no answer"]) == [1, 0, 1, 0, 0, 1]
+    long = LongProblem((3, 7, 12), 33)
+    assert form_counts(long, ["pick 3*7=21. answer: 3*7+12", "answer:(3+7)*12", "no answer"]) == [1, 0, 1, 0, 0, 1]
 
 
 def test_solving_forms_by_enumeration():
