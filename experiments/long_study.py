@@ -134,6 +134,8 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
               "diagnostics": {name: [row.get(name) for row in log] for name in DIAGNOSTICS},
               "divergence": divergence(log, stopped, KL_LIMIT) if log else None,
               "wall_time_s": round(time.time() - start, 1), "torch_threads": torch.get_num_threads()}
+    if (path / "result.json").exists():  # finished or restored meanwhile, by another process: that one stands
+        return json.loads((path / "result.json").read_text())
     (path / "result.json.tmp").write_text(json.dumps(finite_or_none(result)))
     (path / "result.json.tmp").replace(path / "result.json")  # atomic: an interrupted run is redone, never half-read
     return result
@@ -158,7 +160,17 @@ def load_context(flags: list[str], base_file: Path | None = None) -> dict:
     return {"splits": splits, "tokenizer": tokenizer, "base": base}
 
 
+def die_with_parent() -> None:
+    """Linux: this process gets SIGTERM when its parent dies, so a worker of a stopped study never goes on to finish
+    a run and write it over a result restored since (it did once: `pkill -f long_study.py` spares the workers)."""
+    if sys.platform == "linux":
+        import ctypes
+        import signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 def _init_worker(flags: list[str], threads: int) -> None:
+    die_with_parent()
     torch.set_num_threads(threads)
     _CTX.update(load_context(flags))
 

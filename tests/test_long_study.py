@@ -160,6 +160,41 @@ def test_quick_study_amendment_runs_on_its_own_base_and_pairs_within_it(tmp_path
         assert json.loads(f.readline())["runs"] == second["compute"]["runs"] + 2
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_dies_with_its_parent(tmp_path):
+    """A stopped study's workers must not live on (one once wrote a run over a restored result)."""
+    import os
+    import subprocess
+    import time
+
+    parent = f"""
+import multiprocessing as mp, sys, time
+sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / "experiments")!r}]
+import long_study
+def child():
+    long_study.die_with_parent()
+    time.sleep(60)
+if __name__ == "__main__":
+    p = mp.get_context("spawn").Process(target=child)
+    p.start()
+    print(p.pid, flush=True)
+    time.sleep(8)  # the child is set up; then the parent dies without a word to it
+    import os; os._exit(0)
+"""
+    (tmp_path / "parent.py").write_text(parent)
+    with open(tmp_path / "pid", "w") as f:  # a file, not a pipe: the child holds its copy of stdout open
+        subprocess.run([sys.executable, str(tmp_path / "parent.py")], stdout=f, timeout=60, check=True)
+    pid = int((tmp_path / "pid").read_text().split()[0])
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    pytest.fail("the worker outlived its parent")
+
+
 def test_base_choice_rule_on_synthetic_candidates():
     spec = importlib.util.spec_from_file_location("long_base", ROOT / "experiments" / "long_base.py")
     lb = importlib.util.module_from_spec(spec)
