@@ -170,9 +170,13 @@ def die_with_parent() -> None:
 
 
 def _init_worker(flags: list[str], threads: int) -> None:
-    die_with_parent()
     torch.set_num_threads(threads)
     _CTX.update(load_context(flags))
+
+
+def _init_pool_worker(flags: list[str], threads: int) -> None:
+    die_with_parent()  # a pool worker only: a --jobs 1 study under nohup must outlive the shell that started it
+    _init_worker(flags, threads)
 
 
 def _run(spec: dict, plan: dict) -> dict:
@@ -192,7 +196,7 @@ def run_all(specs: list[dict], plan: dict, jobs: int, threads: int) -> int:
     else:
         for name, value in WORKER_MALLOC.items():  # read by glibc when a worker starts; the caller's settings win
             os.environ.setdefault(name, value)
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init_worker,
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init_pool_worker,
                                  initargs=(plan["flags"], threads)) as pool:
             for future in as_completed([pool.submit(_run, s, plan) for s in todo]):
                 future.result()
