@@ -645,10 +645,11 @@ def claims(summary: dict) -> list[str]:
             reading = "confirmed (Holm p < 0.05)"
         elif h.get("equivalent"):
             reading = f"not confirmed; the effect is equivalent to zero within ±{EQUIVALENCE_MARGIN} (TOST)"
+        elif h.get("ci_high") is not None and h["ci_high"] < 0:
+            reading = (f"not confirmed: the effect goes the other way, its 95% CI lies below zero ({h['arm']} is worse; "
+                       "two-sided, not Holm-corrected)")
         else:
             reading = "not confirmed, and not shown equivalent to zero: a null, not evidence of no effect"
-        if not h.get("confirmed") and h.get("ci_high") is not None and h["ci_high"] < 0:
-            reading += f"; its 95% CI lies below zero ({h['arm']} is worse here; two-sided, not Holm-corrected)"
         out.append(f"{h['name']}: {h['arm']} − {h['reference']} = {_interval(h)} over {h['n']} seeds; {reading}.")
     return out
 
