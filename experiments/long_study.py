@@ -603,7 +603,8 @@ def plot(summary: dict, path: Path) -> None:
             ys = [row["pass_at_k"][str(k)] for row in traj]
             ax.plot(xs, ys, "-o", color=color, alpha=0.5, ms=2, lw=0.8, label=a if j == 0 else None)
     if summary.get("base"):
-        ax.plot([summary["base"]["pass_at_k"]["1"]], [summary["base"]["pass_at_k"][str(k)]], "k*", ms=10, label="base")
+        ax.plot([summary["base"]["pass_at_k"]["1"]], [summary["base"]["pass_at_k"][str(k)]], "k*", ms=10,
+                label="replacement base" if summary["base"].get("sha256") else "base")
     ax.set(xlabel="Pass@1 (test)", ylabel=f"Pass@{k} (test)", title="Frontier along each run (one line per seed)")
     ax.legend(fontsize=7)
     names = list(summary["update_share"])
