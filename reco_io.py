@@ -57,6 +57,7 @@ def loss_checks(cfg, occurrences: list[str], token_ratios: list[str]) -> list[tu
 def run_checks(cfg, methods: list[str]) -> list[tuple[str, bool, str]]:
     """reco_mini.Config's checks of the run's own settings (task, files, sizes, flags): (field, ok, message)."""
     import reco_log
+    from reco_data import missing_file
 
     n = cfg.prompts_per_step * cfg.group_size
     return [
@@ -64,8 +65,8 @@ def run_checks(cfg, methods: list[str]) -> list[tuple[str, bool, str]]:
          f"must be a comma-separated subset of {list(methods)}"),
         ("task", cfg.task in ("countdown", "countdown-long", "math"), "must be countdown, countdown-long or math"),
         ("task", cfg.task != "math" or bool(cfg.model and cfg.data), "math needs --model and --data"),
-        ("data", not cfg.data or Path(cfg.data).is_file(), f"{cfg.data}: no such file"),
-        ("eval_data", not cfg.eval_data or Path(cfg.eval_data).is_file(), f"{cfg.eval_data}: no such file"),
+        ("data", not missing_file(cfg.data), f"{cfg.data}: no such file"),  # a dataset name is checked when loaded
+        ("eval_data", not missing_file(cfg.eval_data), f"{cfg.eval_data}: no such file"),
         ("steps", cfg.steps >= 1, "must be >= 1"),
         ("group_size", cfg.group_size >= 2, "must be >= 2"),
         ("temperature", cfg.temperature > 0, "must be > 0 (sampling divides the logits by it)"),

@@ -43,9 +43,9 @@ class CountdownConfig:  # task: countdown; the tiny base model is built when mod
 
 @dataclass
 class DataConfig:  # task: math
-    train: str = ""  # JSONL or parquet of problems
-    problem_key: str = "problem"
-    answer_key: str = "answer"
+    train: str = ""  # JSONL or parquet file, dataset directory or hub name NAME[:CONFIG][:SPLIT] (reco_data)
+    problem_key: str = ""  # "" = the known layouts (reco_data.PROBLEM_FIELDS)
+    answer_key: str = ""  # "" = the known layouts (reco_data.ANSWER_FIELDS)
     template: str = "qwen-boxed"  # qwen-boxed | chat | plain
     max_prompt_tokens: int = 1024  # longer prompts are dropped at load time
 

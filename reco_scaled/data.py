@@ -1,24 +1,24 @@
-"""Math problems: the benchmark registry, over reco_data's JSONL/parquet loading and prompt templates.
+"""Math problems: the benchmark registry, over reco_data's loading (files, dataset directories, hub names) and
+prompt templates.
 
 Every loader returns ``list[dict]`` whose dicts hold ``"problem"`` and ``"answer"`` (strings) and ``"id"``
-(a string, unique within the file), plus the row's other fields unchanged. Bad input never gets dropped
-silently: it raises :class:`DataError` naming the file, the line (JSONL) or row (parquet), and the field.
+(a string, unique within the source), plus the row's other fields unchanged; ``reco_data``'s docstring lists the
+sources, the ``NAME[:CONFIG][:SPLIT]`` form of a dataset, and the field layouts it reads. Bad input never gets
+dropped silently: it raises :class:`DataError` naming the file and line (JSONL) or row, and the field.
 
-Benchmarks (``load_benchmark``) are read from ``<data_dir>/<name>.jsonl`` or ``<data_dir>/<name>.parquet``.
-No dataset is committed; export each one once from the Hugging Face hub, on a machine that reaches it::
+Benchmarks (``load_benchmark``) are read from ``<data_dir>/<name>.jsonl`` or ``<data_dir>/<name>.parquet`` when
+such a file exists (an offline copy, or the ``test.jsonl`` of the Qwen2.5-Math evaluation suite, e.g. Minerva's
+``problem``/``solution`` layout, whose gold answer is the solution's last ``\\boxed{}``), else from the hub
+through ``datasets`` (or its cache):
 
-    from datasets import load_dataset
-    load_dataset("HuggingFaceH4/MATH-500", split="test").to_json("data/math500.jsonl")
-    load_dataset("HuggingFaceH4/aime_2024", split="train").to_json("data/aime24.jsonl")
-    load_dataset("math-ai/amc23", split="test").to_json("data/amc23.jsonl")
-    load_dataset("math-ai/minervamath", split="test").to_json("data/minerva.jsonl")
-    load_dataset("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", split="train").to_json("data/olympiadbench.jsonl")
+    math500        HuggingFaceH4/MATH-500:test                      500 problems
+    aime24         HuggingFaceH4/aime_2024:train                    30
+    amc23          math-ai/amc23:test                               40
+    minerva        math-ai/minervamath:test                         272
+    olympiadbench  Hothan/OlympiadBench:OE_TO_maths_en_COMP:train   675
 
-(500, 30, 40, 272 and 675 problems.) The ``test.jsonl`` files of the Qwen2.5-Math evaluation suite
-(``evaluation/data/<set>/test.jsonl``) work too, renamed to the names above: the registry accepts both
-field layouts (for example Minerva's ``problem``/``solution``, whose gold answer is the solution's last
-``\\boxed{}``, which ``reco_mini.grade_answer`` extracts). When no local file exists and ``datasets`` is
-installed, ``load_benchmark`` tries the hub id above before giving up.
+Other sets (AIME 2025: ``opencompass/AIME2025:AIME2025-I:test`` and ``...:AIME2025-II:test``; GSM8K:
+``openai/gsm8k:main:test``) go to the evaluator as ``--files NAME=SOURCE``.
 """
 from __future__ import annotations
 
@@ -33,57 +33,43 @@ from reco_data import SYSTEM_PROMPT, TEMPLATES, DataError, Keys, _problem, build
 
 @dataclass(frozen=True)
 class Benchmark:
-    """Where a benchmark lives: a local file name under the data dir, its fields, and its hub source."""
+    """A benchmark's local file name under the data dir and its hub source (fields: reco_data's layouts)."""
 
     name: str
-    problem_key: tuple[str, ...]
-    answer_key: tuple[str, ...]
     hf_id: str
     hf_split: str
     hf_config: str | None = None
     size: int = 0  # problems in the published set (documentation only)
 
+    @property
+    def source(self) -> str:
+        """The ``NAME[:CONFIG]:SPLIT`` that reco_data.load_problems reads from the hub."""
+        return ":".join([self.hf_id, *([self.hf_config] if self.hf_config else []), self.hf_split])
+
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
-    Benchmark("math500", ("problem",), ("answer",), "HuggingFaceH4/MATH-500", "test", size=500),
-    Benchmark("aime24", ("problem", "Problem"), ("answer", "Answer"), "HuggingFaceH4/aime_2024", "train", size=30),
-    Benchmark("amc23", ("question", "problem"), ("answer",), "math-ai/amc23", "test", size=40),
-    Benchmark("minerva", ("question", "problem"), ("answer", "solution"), "math-ai/minervamath", "test", size=272),
-    Benchmark("olympiadbench", ("question", "problem"), ("final_answer", "answer"), "Hothan/OlympiadBench", "train",
-              hf_config="OE_TO_maths_en_COMP", size=675),
+    Benchmark("math500", "HuggingFaceH4/MATH-500", "test", size=500),
+    Benchmark("aime24", "HuggingFaceH4/aime_2024", "train", size=30),
+    Benchmark("amc23", "math-ai/amc23", "test", size=40),
+    Benchmark("minerva", "math-ai/minervamath", "test", size=272),
+    Benchmark("olympiadbench", "Hothan/OlympiadBench", "train", hf_config="OE_TO_maths_en_COMP", size=675),
 ]}
-
-
-def _from_hub(spec: Benchmark) -> list[dict]:
-    """The benchmark through ``datasets.load_dataset``; any failure (offline, missing id) is a DataError."""
-    import datasets
-
-    source = f"hf:{spec.hf_id}" + (f"/{spec.hf_config}" if spec.hf_config else "") + f"[{spec.hf_split}]"
-    try:
-        rows = list(datasets.load_dataset(spec.hf_id, spec.hf_config, split=spec.hf_split))
-    except Exception as e:  # network, auth, renamed dataset: all mean "not available here"
-        raise DataError(f"{source}: could not load from the hub ({type(e).__name__}: {e})") from e
-    if not rows:
-        raise DataError(f"{source}: no problems")
-    return [_problem(row, f"{source}:row {i + 1}", spec.problem_key, spec.answer_key, i) for i, row in enumerate(rows)]
 
 
 def load_benchmark(name: str, data_dir: str | Path = "data", hub: bool = True) -> list[dict]:
     """A registered benchmark from ``<data_dir>/<name>.jsonl`` or ``.parquet``, else (with `hub` and
     ``datasets`` installed) from the hub."""
     if name not in BENCHMARKS:
-        raise DataError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)} (use --files name=path for others)")
+        raise DataError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)} (use --files name=source for others)")
     spec = BENCHMARKS[name]
     for suffix in (".jsonl", ".parquet"):
         path = Path(data_dir) / f"{name}{suffix}"
         if path.is_file():
-            return load_problems(path, spec.problem_key, spec.answer_key)
+            return load_problems(path)
     missing = f"{Path(data_dir) / name}.jsonl (or .parquet) not found"
     if hub and importlib.util.find_spec("datasets") is not None:
         try:
-            return _from_hub(spec)
+            return load_problems(spec.source)
         except DataError as e:
             raise DataError(f"{missing}, and {e}") from e
-    config = f", {spec.hf_config!r}" if spec.hf_config else ""
-    raise DataError(f"{missing}. Export it once where the hub is reachable: datasets.load_dataset("
-                    f"{spec.hf_id!r}{config}, split={spec.hf_split!r}).to_json({str(Path(data_dir) / name)!r} + '.jsonl')")
+    raise DataError(f"{missing}, and reading {spec.source} from the hub needs `datasets` (pip install datasets)")
