@@ -1,8 +1,6 @@
-"""reco_scaled.data: problem loading (JSONL, parquet, hub), bad-input errors, prompt templates, registry."""
-import importlib.machinery
+"""reco_scaled.data: problem loading (JSONL, parquet), bad-input errors, prompt templates, the benchmark registry."""
 import json
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -148,43 +146,50 @@ def test_registry_reads_each_benchmark_in_its_native_layout(tmp_path):
     assert reco_mini.grade_answer("\\boxed{0.3}", gold) and not reco_mini.grade_answer("\\boxed{0.4}", gold)
 
 
-def test_registry_missing_file_without_hub_says_where_to_get_it(tmp_path, monkeypatch):
+def test_registry_missing_file_without_datasets_says_where_to_get_it(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="unknown benchmark 'gsm8k'"):
         load_benchmark("gsm8k", tmp_path)
     monkeypatch.setitem(sys.modules, "datasets", None)  # not installed
     with pytest.raises(DataError) as err:
         load_benchmark("math500", tmp_path)
     assert "math500.jsonl (or .parquet) not found" in str(err.value)
-    assert "HuggingFaceH4/MATH-500" in str(err.value)
+    assert "HuggingFaceH4/MATH-500:test" in str(err.value) and "needs `datasets`" in str(err.value)
 
 
-def fake_datasets(monkeypatch, load_dataset) -> list:
+def test_registry_falls_back_to_the_hub_through_datasets(tmp_path, monkeypatch):
+    """The real ``datasets.load_dataset`` runs; only the hub is stood in for (no hub here): a hub name is
+    redirected to a local copy of the repository, saved in the benchmark's layout."""
+    datasets = pytest.importorskip("datasets")
+    real_load = datasets.load_dataset
     calls = []
-    module = types.ModuleType("datasets")
-    module.__spec__ = importlib.machinery.ModuleSpec("datasets", None)
+    repos = {}
 
-    def record(*args, **kwargs):
-        calls.append((args, kwargs))
-        return load_dataset(*args, **kwargs)
+    def hub_from_local(name, config=None, split=None, **kwargs):
+        calls.append((name, config, split))
+        return real_load(str(repos[name]), config, split=split, cache_dir=str(tmp_path / "cache"), **kwargs)
 
-    module.load_dataset = record
-    monkeypatch.setitem(sys.modules, "datasets", module)
-    return calls
-
-
-def test_registry_falls_back_to_the_hub_when_datasets_is_installed(tmp_path, monkeypatch):
-    calls = fake_datasets(monkeypatch, lambda *a, **k: [NATIVE_ROWS["olympiadbench"]])
-    [problem] = load_benchmark("olympiadbench", tmp_path)
+    monkeypatch.setattr(datasets, "load_dataset", hub_from_local)
+    repos["Hothan/OlympiadBench"] = tmp_path / "ob"
+    (tmp_path / "ob/OE_TO_maths_en_COMP").mkdir(parents=True)
+    datasets.Dataset.from_list([NATIVE_ROWS["olympiadbench"]]).to_parquet(
+        str(tmp_path / "ob/OE_TO_maths_en_COMP/train-00000-of-00001.parquet"))
+    (tmp_path / "ob/README.md").write_text("---\nconfigs:\n- config_name: OE_TO_maths_en_COMP\n  data_files:\n"
+                                            "  - split: train\n    path: OE_TO_maths_en_COMP/train-*\n---\n")
+    [problem] = load_benchmark("olympiadbench", tmp_path / "data")
     assert problem["answer"] == "$\\frac{1}{3}$" and problem["id"] == "1606"
-    assert calls == [(("Hothan/OlympiadBench", "OE_TO_maths_en_COMP"), {"split": "train"})]
+    assert calls == [("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train")]
 
-    fake_datasets(monkeypatch, lambda *a, **k: [{"problem": "p"}])
-    with pytest.raises(DataError, match=r"hf:HuggingFaceH4/MATH-500\[test\]:row 1: missing field 'answer'"):
-        load_benchmark("math500", tmp_path)
+    repos["HuggingFaceH4/MATH-500"] = tmp_path / "m500"
+    (tmp_path / "m500").mkdir()
+    write(tmp_path / "m500/test.jsonl", json.dumps({"problem": "p", "unique_id": "x"}))
+    with pytest.raises(DataError, match=r"math500.jsonl .* not found, and HuggingFaceH4/MATH-500:test:row 1: missing field "
+                                        r"'answer' or .* \(its fields: problem, unique_id\)"):
+        load_benchmark("math500", tmp_path / "data")
 
     def offline(*args, **kwargs):
-        raise ConnectionError("no network")
+        raise ConnectionError("Couldn't reach 'HuggingFaceH4/aime_2024' on the Hub (OfflineModeIsEnabled)")
 
-    fake_datasets(monkeypatch, offline)
-    with pytest.raises(DataError, match="aime24.jsonl .* not found, and hf:HuggingFaceH4/aime_2024.*ConnectionError"):
-        load_benchmark("aime24", tmp_path)
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError, match="aime24.jsonl .* not found, and HuggingFaceH4/aime_2024:train: cannot load it .*"
+                                        "ConnectionError: Couldn't reach"):
+        load_benchmark("aime24", tmp_path / "data")
