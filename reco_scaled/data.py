@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Loading and prompts live on the bottom floor (reco_data), which reco_mini uses without reco_scaled.
-from reco_data import SYSTEM_PROMPT, TEMPLATES, DataError, Keys, _problem, build_prompt, load_problems  # noqa: F401
+from reco_data import SYSTEM_PROMPT, TEMPLATES, DataError, Keys, build_prompt, load_problems, parse_source  # noqa: F401
 
 # -- benchmarks -------------------------------------------------------------------------------------
 

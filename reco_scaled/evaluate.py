@@ -27,7 +27,7 @@ from tqdm import tqdm
 from reco_grader import grade_group
 from reco_io import format_table, plot_pass_at_k
 from reco_mini import default_ks, pass_at_k
-from reco_scaled.data import BENCHMARKS, TEMPLATES, DataError, build_prompt, load_benchmark, load_problems
+from reco_scaled.data import BENCHMARKS, TEMPLATES, DataError, build_prompt, load_benchmark, load_problems, parse_source
 from reco_scaled.rollout.base import RolloutEngine
 from reco_scaled.rollout.factory import make_engine
 
@@ -42,7 +42,7 @@ SAMPLING_KEYS = ("model", "n", "temperature", "top_p", "max_new_tokens", "templa
 class EvalConfig:
     model: str | None = None  # HF model name or local path; omit to only report existing counts
     benchmarks: str = ""  # comma-separated registry names: math500,aime24,amc23,minerva,olympiadbench
-    files: list[str] = field(default_factory=list)  # extra benchmarks as name=path.jsonl|parquet
+    files: list[str] = field(default_factory=list)  # extra benchmarks as name=source (file, dataset dir, hub name)
     data_dir: str = "data"
     n: int = 256
     temperature: float = 0.6
@@ -265,9 +265,24 @@ def _named_paths(specs: list[str]) -> dict[str, Path]:
     return out
 
 
+def _named_sources(specs: list[str]) -> dict[str, str]:
+    """``name=source`` (or a bare source: a file is named after its stem, a dataset after the last part of its
+    name, ``openai/gsm8k:main:test`` -> gsm8k) -> {name: source}; two sources of one name are an error."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, source = spec.partition("=")
+        if not sep:
+            source = spec
+            name = Path(spec).stem if Path(spec).is_file() else Path(parse_source(spec)[0].rstrip("/")).name
+        if name in out:
+            raise DataError(f"--files: two benchmarks named {name!r} ({out[name]} and {source}); write NAME=SOURCE")
+        out[name] = source
+    return out
+
+
 def load_benchmarks(cfg: EvalConfig) -> dict[str, list[dict]]:
     benches = {name: load_benchmark(name, cfg.data_dir) for name in cfg.benchmarks.split(",") if name}
-    benches |= {name: load_problems(path) for name, path in _named_paths(cfg.files).items()}
+    benches |= {name: load_problems(source) for name, source in _named_sources(cfg.files).items()}
     return {name: probs[:cfg.limit] if cfg.limit else probs for name, probs in benches.items()}
 
 
@@ -289,8 +304,10 @@ def parse_config(argv: list[str] | None = None) -> EvalConfig:
     p = argparse.ArgumentParser(prog="python -m reco_scaled.evaluate", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="HF model name or local directory (from_pretrained)")
     p.add_argument("--benchmarks", default=d.benchmarks, help=f"comma-separated: {','.join(BENCHMARKS)}")
-    p.add_argument("--files", nargs="+", default=[], metavar="NAME=PATH", help="extra JSONL/parquet problem files")
-    p.add_argument("--data-dir", default=d.data_dir, help="where <benchmark>.jsonl files live")
+    p.add_argument("--files", nargs="+", default=[], metavar="NAME=SOURCE",
+                   help="extra benchmarks: JSONL/parquet files, dataset directories or hub names NAME[:CONFIG][:SPLIT]")
+    p.add_argument("--data-dir", default=d.data_dir,
+                   help="where <benchmark>.jsonl files live; a benchmark without one is read from the hub")
     p.add_argument("--n", type=int, default=d.n, help="samples per problem")
     p.add_argument("--temperature", type=float, default=d.temperature)
     p.add_argument("--top-p", type=float, default=d.top_p)

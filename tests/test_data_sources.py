@@ -5,6 +5,7 @@ the hub, cited in reco_data's docstring) and saved locally: with ``save_to_disk`
 repository (parquet/JSONL files and the README's ``configs``). The hub itself is offline for these tests.
 """
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ import reco_io
 from reco_data import DataError, load_problems, parse_source
 
 datasets = pytest.importorskip("datasets", reason="datasets (requirements.txt) is not installed")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -235,3 +237,25 @@ def test_reco_mini_math_run_on_a_saved_gsm8k_dataset(tmp_path, monkeypatch):
     assert set(graded) >= {("2+9", "11"), ("4+4", "8")}  # the held-out split, with GSM8K's "####" answers
     assert set(graded) - {("2+9", "11"), ("4+4", "8")} <= {("1+2", "3"), ("3+4", "7"), ("10+5", "15"), ("7+7", "14")}
     assert (tmp_path / "run/results.json").is_file()
+
+
+def test_reco_scaled_data_train_and_the_evaluator_read_dataset_sources(tmp_path):
+    from reco_countdown import char_tokenizer
+    from reco_scaled.config import load_config
+    from reco_scaled.evaluate import load_benchmarks, parse_config
+    from reco_scaled.task import load_task
+
+    rows, expected = SOURCES["gsm8k"]
+    saved = tmp_path / "gsm8k-saved"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows[:2]),
+                          "test": datasets.Dataset.from_list(rows[2:])}).save_to_disk(str(saved))
+    cfg = load_config(ROOT / "reco_scaled/configs/tiny-cpu.yaml", ["task=math", "model.path=unused", f"data.train={saved}:train"])
+    task = load_task(cfg, char_tokenizer())
+    assert [(p["problem"], p["answer"]) for p in task.problems] == expected[:2] and len(task.prompt_ids) == 2
+
+    repo = gsm8k_repo(tmp_path / "gsm8k")
+    cfg = parse_config(["--model", "m", "--files", f"{saved}:test", f"socratic={repo}:socratic:test[:1]"])
+    benches = load_benchmarks(cfg)
+    assert {name: [p["answer"] for p in probs] for name, probs in benches.items()} == {"gsm8k-saved": ["-3"], "socratic": ["0"]}
+    with pytest.raises(DataError, match="--files: two benchmarks named 'gsm8k'"):
+        load_benchmarks(parse_config(["--model", "m", "--files", f"{repo}:main:test", f"{repo}:socratic:test"]))
