@@ -30,10 +30,10 @@ MATH (DigitalLearningGmbH/             problem                                so
 MATH-lighteval, EleutherAI/
 hendrycks_math)
 MATH-500 (HuggingFaceH4/MATH-500)      problem                                answer
-AIME 2024 (HuggingFaceH4/aime_2024;    problem (Maxwell-Jia: Problem)         answer (Maxwell-Jia: Answer, int)
+AIME 2024 (HuggingFaceH4/aime_2024;    problem (Maxwell-Jia: Problem)         answer (Maxwell-Jia: Answer)
 Maxwell-Jia/AIME_2024)
-AIME 2025 (opencompass/AIME2025        question (math-ai, yentinglin:         answer
-configs AIME2025-I/II; math-ai/aime25) problem)
+AIME 2025 (opencompass/AIME2025,       question                               answer
+configs AIME2025-I and AIME2025-II)
 AMC 2023 (math-ai/amc23)               question                               answer (a float, e.g. 27.0)
 Minerva (math-ai/minervamath; Qwen2.5- question (Qwen: problem)               answer (Qwen: solution, last boxed)
 Math's evaluation/data/minerva_math)
@@ -257,8 +257,9 @@ def _dataset_rows(source: str) -> list[tuple[int, object]]:
     except DataError:
         raise
     except Exception as e:  # not found, offline, a missing config, a bad split: all are "this source cannot be read"
-        where = "directory" if path.is_dir() else "file or directory here, and not a dataset on the hub"
-        raise DataError(f"{source}: cannot load it as a dataset {where} ({_one_line(e)})") from e
+        what = "cannot load this dataset directory" if path.is_dir() else \
+            "not a file or directory here, and datasets.load_dataset cannot load it"
+        raise DataError(f"{source}: {what} ({_one_line(e)})") from e
     if isinstance(data, datasets.DatasetDict):
         if len(data) != 1:
             raise DataError(f"{source}: the dataset has splits {', '.join(data)}; name one, e.g. {source}:{next(iter(data))}"

@@ -190,6 +190,6 @@ def test_registry_falls_back_to_the_hub_through_datasets(tmp_path, monkeypatch):
         raise ConnectionError("Couldn't reach 'HuggingFaceH4/aime_2024' on the Hub (OfflineModeIsEnabled)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(DataError, match="aime24.jsonl .* not found, and HuggingFaceH4/aime_2024:train: cannot load it .*"
+    with pytest.raises(DataError, match="aime24.jsonl .* not found, and HuggingFaceH4/aime_2024:train: not a file .*"
                                         "ConnectionError: Couldn't reach"):
         load_benchmark("aime24", tmp_path / "data")

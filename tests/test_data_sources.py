@@ -119,7 +119,7 @@ def test_hub_repository_copies_with_configs_and_splits(tmp_path):
     assert [p["problem"] for p in load_problems(f"{repo}:socratic:train[:2]")] == ["socratic train 0", "socratic train 1"]
     with pytest.raises(DataError) as err:
         load_problems(repo)
-    assert str(err.value).startswith(f"{repo}: cannot load it as a dataset directory (ValueError: Config name is missing.")
+    assert str(err.value).startswith(f"{repo}: cannot load this dataset directory (ValueError: Config name is missing.")
     assert "['main', 'socratic']" in str(err.value) and "\n" not in str(err.value)
 
     math500 = tmp_path / "MATH-500"  # HuggingFaceH4/MATH-500: one test.jsonl at the top
@@ -163,8 +163,8 @@ def test_a_dataset_that_cannot_be_found_is_one_line_naming_it(tmp_path):
     with pytest.raises(DataError) as err:
         load_problems("nobody/no-such-math-set:test")
     message = str(err.value)
-    assert message.startswith("nobody/no-such-math-set:test: cannot load it as a dataset file or directory here, and "
-                              "not a dataset on the hub (ConnectionError: Couldn't reach 'nobody/no-such-math-set'")
+    assert message.startswith("nobody/no-such-math-set:test: not a file or directory here, and datasets.load_dataset "
+                              "cannot load it (ConnectionError: Couldn't reach 'nobody/no-such-math-set'")
     assert "\n" not in message
     with pytest.raises(DataError, match=r"missing\.jsonl: no such file"):
         load_problems(tmp_path / "missing.jsonl")
