@@ -4,8 +4,8 @@ Each sentence is chosen by a rule on a study's verdict (a 95% CI above zero, bel
 confirmed or not), so a null reads as a null: the exploratory CPU study's concentration (`results/cpu_study.json`),
 the frontier study's hypotheses H1-H3 (`results/frontier_study.json`) and the long-response study's H2-H4
 (`results/long_study.json`), or how far it has run. The statistics behind each sentence (the designs, Holm
-corrections, the matched Pass@1 level, the amendment, the exploratory re-analysis in `results/frontier_reanalysis.json`)
-are in docs/results.md. tests/test_docs.py checks that the README's block is what this renders from the committed files.
+corrections, the matched Pass@1 level, the amendment, the exploratory whole-trajectory re-analysis) are in
+docs/results.md. tests/test_docs.py checks that the README's block is what this renders from the committed files.
 
   python experiments/headline.py --write README.md
 """
@@ -21,9 +21,8 @@ import cpu_study  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
-FRONTIER, CPU, REANALYSIS = "results/frontier_study.json", "results/cpu_study.json", "results/frontier_reanalysis.json"
-LONG = "results/long_study.json"
-SOURCES = (FRONTIER, CPU, REANALYSIS, LONG)
+FRONTIER, CPU, LONG = "results/frontier_study.json", "results/cpu_study.json", "results/long_study.json"
+SOURCES = (FRONTIER, CPU, LONG)
 
 
 def interval(estimate: float, low: float, high: float) -> str:
@@ -99,10 +98,8 @@ def long_study_sentence(long: dict) -> str:
             f"{compared(h['H3'], 'its token-level half alone')}, though it {shift}.")
 
 
-def render(frontier: dict, cpu: dict, reanalysis: dict, long: dict) -> str:
-    """The block: one plain sentence per finding, and where the statistics are. `reanalysis` is read in
-    docs/results.md; it is a source here so that the block is regenerated whenever any study changes."""
-    del reanalysis
+def render(frontier: dict, cpu: dict, long: dict) -> str:
+    """The block: one plain sentence per finding."""
     return "\n".join([
         f"_Generated from `{FRONTIER}`, `{CPU}` and `{LONG}` by `python experiments/headline.py --write README.md`; "
         "rerun it rather than editing._",

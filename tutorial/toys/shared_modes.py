@@ -11,6 +11,7 @@ and response weights, and Pass@k is exact, 1 - (1 - p)^k per prompt: nothing is 
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def expected_push(pi: list[float], correct: list[float], G: int, occurrence: str
     p = torch.tensor(pi, dtype=torch.float64)
     groups = torch.tensor(list(itertools.combinations_with_replacement(range(len(pi)), G)))  # [C, G], each sorted
     counts = torch.nn.functional.one_hot(groups, len(pi)).sum(1).double()  # [C, M]
-    orderings = torch.lgamma(torch.tensor(G + 1.0, dtype=torch.float64)) - torch.lgamma(counts + 1.0).sum(1)  # log(G! / prod n_y!)
+    orderings = math.lgamma(G + 1) - torch.lgamma(counts + 1.0).sum(1)  # log(G! / prod n_y!)
     prob = (orderings + (counts * p.log()).sum(1)).exp()  # [C]
     A = group_advantages(torch.tensor(correct, dtype=torch.float64)[groups])  # [C, G]
     w = occurrence_weights(p.log()[groups], occurrence)  # [C, G]; a one-token response: log p_i = log pi(y_i)
