@@ -1,10 +1,11 @@
-"""The README's headline findings, written from the committed results JSON, never typed.
+"""The README's findings in plain words, written from the committed results JSON, never typed.
 
-It reuses the studies' own generated sentences: the exploratory CPU study's concentration claim
-(experiments/cpu_study.py `claims`), the frontier study's tested hypotheses (experiments/frontier_study.py
-`claims`), labelled exploratory, the whole-trajectory re-analysis of that study (experiments/protocol.py
-`verdict`), and the long-response study's hypotheses (experiments/long_study.py `claims`), or how far it has run.
-tests/test_docs.py checks that the README's block is what this renders from the committed files.
+Each sentence is chosen by a rule on a study's verdict (a 95% CI above zero, below zero, or neither; a hypothesis
+confirmed or not), so a null reads as a null: the exploratory CPU study's concentration (`results/cpu_study.json`),
+the frontier study's hypotheses H1-H3 (`results/frontier_study.json`) and the long-response study's H2-H4
+(`results/long_study.json`), or how far it has run. The statistics behind each sentence (the designs, Holm
+corrections, the matched Pass@1 level, the amendment, the exploratory whole-trajectory re-analysis) are in
+docs/results.md. tests/test_docs.py checks that the README's block is what this renders from the committed files.
 
   python experiments/headline.py --write README.md
 """
@@ -17,61 +18,95 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpu_study  # noqa: E402
-import frontier_study  # noqa: E402
-import long_study  # noqa: E402
-import protocol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
-FRONTIER, CPU, REANALYSIS = "results/frontier_study.json", "results/cpu_study.json", "results/frontier_reanalysis.json"
-LONG = "results/long_study.json"
-SOURCES = (FRONTIER, CPU, REANALYSIS, LONG)
+FRONTIER, CPU, LONG = "results/frontier_study.json", "results/cpu_study.json", "results/long_study.json"
+SOURCES = (FRONTIER, CPU, LONG)
 
 
-def trajectory_sentences(reanalysis: dict) -> list[str]:
-    """One sentence per comparison: the mean Pass@k gap over the Pass@1 range both runs' checkpoints cover."""
-    out = []
-    for name, c in reanalysis["comparisons"].items():
-        p = c["primary"]
-        out.append(f"{name}: {p['mean']:+.3f} (95% CI {p['ci_low']:+.3f}, {p['ci_high']:+.3f}), n = {p['n']}: "
-                   f"{protocol.verdict(p)}")
-    return out
+def interval(estimate: float, low: float, high: float) -> str:
+    return f"{estimate:+.3f}, 95% CI {low:+.3f} to {high:+.3f}"
 
 
-def long_study_lines(long: dict) -> list[str]:
-    """The long-response study's hypotheses, each read by its rule; while it runs, only how far it is."""
-    head = ("- Pre-registered long-response study (countdown-long, where exact duplicates vanish; "
-            "[docs/long_study.md](docs/long_study.md))")
+def concentration_sentence(cpu: dict) -> str:
+    """GRPO against the base model at the largest k, by the sign of the paired CI (exploratory study)."""
+    k, v = str(cpu["ks"][-1]), cpu["variants"]
+    d = cpu["paired_differences"]["base - grpo"]["pass_at_k"][k]
+    gain = -cpu["paired_differences"]["base - grpo"]["pass_at_k"]["1"]["mean"]
+    base, grpo = v["base"]["pass_at_k"][k]["mean"], v["grpo"]["pass_at_k"][k]["mean"]
+    where = f"(exploratory study, {len(cpu['study']['seeds'])} seeds)"
+    verdict = {1: f"**GRPO concentrates.** RL with GRPO solved more problems on the first try (Pass@1 {gain:+.3f}) "
+                  f"but fewer within {k} tries: Pass@{k} fell from {base:.3f} before RL to {grpo:.3f} {where}.",
+               -1: f"**GRPO did not concentrate here.** Pass@{k} rose from {base:.3f} before RL to {grpo:.3f} {where}.",
+               0: f"**GRPO's loss of coverage is not established here.** Pass@{k} was {base:.3f} before RL and "
+                  f"{grpo:.3f} after {where}."}
+    return verdict[cpu_study.ci_sign(d)]
+
+
+def frontier_sentences(frontier: dict) -> list[str]:
+    """ReCo (H1, H2) and ReCo with positive-only weights (H3) against GRPO at the same Pass@1."""
+    h = {x["name"]: x for x in frontier["hypotheses"]}
+    k, n = frontier["design"]["n_eval"], len(frontier["design"]["confirm_seeds"])  # Pass@n_eval: every sample
+    h1, h2, h3 = h["H1"], h["H2"], h["H3"]
+    where = f"In the pre-registered frontier study ({n} seeds), compared where both had reached Pass@1 = {h1['level']}"
+    coverage = interval(h1["estimate"], h1["ci_low"], h1["ci_high"])
+    if h1["confirmed"]:
+        first = f"**ReCo kept more coverage than GRPO.** {where}, ReCo's Pass@{k} was higher ({coverage})"
+    elif h1["ci_high"] < 0:
+        first = f"**ReCo lost coverage against GRPO.** {where}, ReCo's Pass@{k} was lower ({coverage})"
+    else:
+        first = (f"**ReCo did not beat GRPO's coverage.** {where}, the difference in Pass@{k} was too small to tell "
+                 f"from zero ({coverage})")
+    final = interval(h2["estimate"], h2["ci_low"], h2["ci_high"])
+    if h2["confirmed"]:
+        first += f", and ReCo's final Pass@1 stayed within {h2['margin']} of GRPO's ({final})."
+    elif h2["ci_high"] < 0:
+        first += f", and ReCo's final Pass@1 was lower than GRPO's ({final})."
+    else:
+        first += f"; ReCo's final Pass@1 was not shown to stay within {h2['margin']} of GRPO's ({final})."
+    positive = interval(h3["estimate"], h3["ci_low"], h3["ci_high"])
+    second = (f"**One variant did:** ReCo with its response weights applied only to responses with a positive advantage "
+              f"(`--occurrence-apply positive`) had a higher Pass@{k} than GRPO at the same Pass@1 ({positive})."
+              if h3["confirmed"] else
+              f"**Neither did its variant** with response weights on positive advantages only ({positive}).")
+    return [first, second]
+
+
+def long_study_sentence(long: dict) -> str:
+    """The long-response study: while it runs, how far it is; then ReCo (H2), its token half (H3) and H4."""
+    head = "**With longer responses** (countdown-long, where a group almost never repeats an answer word for word)"
     if long["partial"]:
-        return [f"{head}: **partial**, {long['compute']['runs']} of {long['compute']['runs_planned']} runs; no finding is "
-                "drawn from it until it finishes."]
+        return (f"{head}: the study is **partial**, {long['compute']['runs']} of {long['compute']['runs_planned']} runs; "
+                "no finding is drawn from it until it finishes.")
+    h = {x["name"]: x for x in long["primary"]}
     k = long["design"]["k"]
-    return [f"{head}: {len(long['design']['confirm_seeds'])} seeds per arm, paired with GRPO; H2-H3 read the mean "
-            f"Pass@{k} gap over the Pass@1 range both runs cover, H4 the fork tokens' share of the update; H2-H4 "
-            "Holm-corrected:", *[f"  - {claim}" for claim in long_study.claims(long)]]
+
+    def compared(x: dict, who: str) -> str:
+        gap = interval(x["mean"], x["ci_low"], x["ci_high"])
+        if x["confirmed"]:
+            return f"{who} beat GRPO (Pass@{k} gap {gap})"
+        if x["ci_high"] < 0:
+            return f"{who} did worse than GRPO (Pass@{k} gap {gap})"
+        return f"{who} showed no detectable difference from GRPO (Pass@{k} gap {gap})"
+
+    copies = "ReCo with a response weight that counts the same solution written differently as a copy"
+    fork = h["H4"]
+    shift = ("did move more of the update onto the tokens where solutions branch" if fork["confirmed"] else
+             "did not measurably move the update onto the tokens where solutions branch")
+    return (f"{head}, in a pre-registered study ({h['H2']['n']} seeds per arm): {compared(h['H2'], copies)}; "
+            f"{compared(h['H3'], 'its token-level half alone')}, though it {shift}.")
 
 
-def render(frontier: dict, cpu: dict, reanalysis: dict, long: dict) -> str:
-    """The block: the concentration sentence, the tested hypotheses, the frontier plot and where the rest is."""
-    design, hypotheses = frontier["design"], frontier["hypotheses"]
-    concentration = next(c for c in cpu_study.claims(cpu) if c.startswith("**Concentration.**"))
-    tested = frontier_study.claims(frontier)[: len(hypotheses)]
+def render(frontier: dict, cpu: dict, long: dict) -> str:
+    """The block: one plain sentence per finding."""
     return "\n".join([
-        f"_Generated from `{FRONTIER}`, `{REANALYSIS}`, `{CPU}` and `{LONG}` by `python experiments/headline.py --write "
-        "README.md`; "
+        f"_Generated from `{FRONTIER}`, `{CPU}` and `{LONG}` by `python experiments/headline.py --write README.md`; "
         "rerun it rather than editing._",
         "",
-        f"- Exploratory study ({len(cpu['study']['seeds'])} "
-        f"seeds, one shared learning rate): {concentration.removeprefix('**Concentration.** ')}",
-        f"- Pre-registered frontier study ({len(design['confirm_seeds'])} fresh seeds, each method at the setting chosen "
-        f"on the validation split, compared at matched Pass@1; Holm-corrected):",
-        *[f"  - {sentence}" for sentence in tested],
-        f"- Exploratory, added after the fact: the same runs read along their whole trajectories (Pass@{reanalysis['k']} "
-        "gap to GRPO averaged over the Pass@1 range that both runs' measured checkpoints cover; docs/results.md):",
-        *[f"  - {sentence}" for sentence in trajectory_sentences(reanalysis)],
-        *long_study_lines(long),
-        "",
-        "![The matched frontier and the training trajectories](results/frontier_study.png)",
+        f"- {concentration_sentence(cpu)}",
+        *[f"- {sentence}" for sentence in frontier_sentences(frontier)],
+        f"- {long_study_sentence(long)}",
     ])
 
 

@@ -279,19 +279,30 @@ def test_readme_findings_are_generated_from_the_committed_results():
     assert not typed, f"README.md has typed decimal numbers outside generated blocks: {typed}"
 
 
-def test_readme_long_study_lines_say_partial_or_give_every_hypothesis():
+def test_readme_findings_are_plain_words_chosen_by_rule():
+    """A partial long study says so and draws nothing; a finished one reads each verdict; flipping a verdict in the
+    JSON flips the sentence (the sentences follow the results, not the other way round)."""
+    import copy
     import json
     import sys
 
     sys.path.insert(0, str(ROOT / "experiments"))
     import headline
 
-    summary = json.loads((ROOT / headline.LONG).read_text())
-    (line,) = headline.long_study_lines(summary | {"partial": True})
-    assert "**partial**" in line and f"of {summary['compute']['runs_planned']} runs" in line
-    finished = headline.long_study_lines(summary | {"partial": False})
-    assert [row.split(":")[0].strip(" -") for row in finished[1:]] == ["H1", "H2", "H3", "H4"]
-    assert "partial" not in " ".join(finished)
+    long = json.loads((ROOT / headline.LONG).read_text())
+    partial = headline.long_study_sentence(long | {"partial": True})
+    assert "**partial**" in partial and f"of {long['compute']['runs_planned']} runs" in partial and "worse" not in partial
+    assert "did worse than GRPO" in headline.long_study_sentence(long | {"partial": False})
+
+    frontier = json.loads((ROOT / headline.FRONTIER).read_text())
+    flipped = copy.deepcopy(frontier)
+    for h in flipped["hypotheses"]:
+        h["confirmed"] = not h["confirmed"]
+    said, flipped_said = " ".join(headline.frontier_sentences(frontier)), " ".join(headline.frontier_sentences(flipped))
+    assert ("One variant did" in said) != ("One variant did" in flipped_said)
+    assert ("did not beat GRPO's coverage" in said) != ("did not beat GRPO's coverage" in flipped_said)
+    block = headline.render(*(json.loads((ROOT / p).read_text()) for p in headline.SOURCES))
+    assert not re.search(r"\bH[1-4]\b|Holm|L\*|[Aa]mendment", block), "the statistics belong in docs/results.md"
 
 
 def test_pages_name_only_existing_docs():
