@@ -628,6 +628,20 @@ def _interval(row: dict) -> str:
     return f"{row['mean']:+.3f}{ci}"
 
 
+def arm_terms(arm: str) -> str:
+    """Where an arm changes both the response weight and the token ratio, a clause saying its difference is the arm's,
+    not one term's (the arm's estimate cannot be attributed to either term alone)."""
+    if arm not in ARMS:
+        return ""
+    method, extra = ARMS[arm]
+    occurrence, ratio, _ = rm.METHODS[method]
+    occurrence = extra[extra.index("--occurrence") + 1] if "--occurrence" in extra else occurrence
+    if occurrence == "none" or ratio == "is":
+        return ""
+    return (f", as a whole: it carries the {occurrence} response weights and the {ratio} token ratio together, so the "
+            "difference is not attributable to either term alone")
+
+
 def claims(summary: dict) -> list[str]:
     """Plain-language sentences, by rule, so that a null is reported as a null."""
     out = []
@@ -647,8 +661,8 @@ def claims(summary: dict) -> list[str]:
         elif h.get("equivalent"):
             reading = f"not confirmed; the effect is equivalent to zero within ±{EQUIVALENCE_MARGIN} (TOST)"
         elif h.get("ci_high") is not None and h["ci_high"] < 0:
-            reading = (f"not confirmed: the effect goes the other way, its 95% CI lies below zero ({h['arm']} is worse; "
-                       "two-sided, not Holm-corrected)")
+            reading = (f"not confirmed: the effect goes the other way, its 95% CI lies below zero (the arm {h['arm']} is "
+                       f"worse{arm_terms(h['arm'])}; two-sided, not Holm-corrected)")
         else:
             reading = "not confirmed, and not shown equivalent to zero: a null, not evidence of no effect"
         out.append(f"{h['name']}: {h['arm']} − {h['reference']} = {_interval(h)} over {h['n']} seeds; {reading}.")
