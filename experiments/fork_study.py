@@ -334,8 +334,8 @@ def reuse_filter(plan: dict):
     base (the archive's fingerprint, checked by restore_archive, is the rest of the design)."""
     def keep(result: dict) -> bool:
         s = result["spec"]
-        return s.get("base") == tag(plan)["base"] and (s["arm"], s["phase"]) in {(REFERENCE, "confirm"), ("base", "base")} \
-            and s.get("seed") in (*plan["confirm"], 0)
+        return s.get("base") == tag(plan)["base"] and ((s["arm"], s["phase"]) == (REFERENCE, "confirm") and s["seed"] in
+                                                     plan["confirm"] or (s["arm"], s["split"]) == ("base", "test"))
     return keep
 
 
