@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpu_study  # noqa: E402
+import fork_study  # noqa: E402
 import frontier_study  # noqa: E402
 import long_study  # noqa: E402
 import protocol  # noqa: E402
@@ -24,8 +25,8 @@ import protocol  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
 FRONTIER, CPU, REANALYSIS = "results/frontier_study.json", "results/cpu_study.json", "results/frontier_reanalysis.json"
-LONG = "results/long_study.json"
-SOURCES = (FRONTIER, CPU, REANALYSIS, LONG)
+LONG, FORK = "results/long_study.json", "results/fork_study.json"
+SOURCES = (FRONTIER, CPU, REANALYSIS, LONG)  # FORK joins them once the fork study has written its summary
 
 
 def trajectory_sentences(reanalysis: dict) -> list[str]:
@@ -51,14 +52,35 @@ def long_study_lines(long: dict) -> list[str]:
             "Holm-corrected:", *[f"  - {claim}" for claim in long_study.claims(long)]]
 
 
-def render(frontier: dict, cpu: dict, reanalysis: dict, long: dict) -> str:
+def fork_study_lines(fork: dict | None) -> list[str]:
+    """The fork study's paragraph: nothing before its first summary, how far it is while it runs, then its hypotheses,
+    the detector's verdict and the stall counts, each read by its rule."""
+    if fork is None:
+        return []
+    head = "- Pre-registered fork study (countdown-long; [docs/fork_study.md](docs/fork_study.md))"
+    if fork["partial"]:
+        return [f"{head}: **partial**, {fork['compute']['runs']} of {fork['compute']['runs_planned']} runs; no finding is "
+                "drawn from it until it finishes."]
+    stalls = ", ".join(f"{a} {s['stalled']}/{s['runs']}" for a, s in fork["stalls"].items())
+    return [f"{head}: {len(fork['design']['confirm_seeds'])} seeds per arm, paired by seed; Holm-corrected:",
+            *[f"  - {claim}" for claim in fork_study.claims(fork)],
+            f"  - {fork_study.detector_lines(fork)[-1].strip()}", f"  - Stalled runs per arm: {stalls}."]
+
+
+def sources() -> tuple[list[dict], dict | None]:
+    """The committed summaries render takes: SOURCES, and the fork study's where it exists."""
+    fork = ROOT / FORK
+    return [json.loads((ROOT / path).read_text()) for path in SOURCES], json.loads(fork.read_text()) if fork.exists() else None
+
+
+def render(frontier: dict, cpu: dict, reanalysis: dict, long: dict, fork: dict | None = None) -> str:
     """The block: the concentration sentence, the tested hypotheses, the frontier plot and where the rest is."""
     design, hypotheses = frontier["design"], frontier["hypotheses"]
     concentration = next(c for c in cpu_study.claims(cpu) if c.startswith("**Concentration.**"))
     tested = frontier_study.claims(frontier)[: len(hypotheses)]
     return "\n".join([
-        f"_Generated from `{FRONTIER}`, `{REANALYSIS}`, `{CPU}` and `{LONG}` by `python experiments/headline.py --write "
-        "README.md`; "
+        f"_Generated from `{FRONTIER}`, `{REANALYSIS}`, `{CPU}`{'' if fork is None else f', `{FORK}`'} and `{LONG}` by "
+        "`python experiments/headline.py --write README.md`; "
         "rerun it rather than editing._",
         "",
         f"- Exploratory study ({len(cpu['study']['seeds'])} "
@@ -70,6 +92,7 @@ def render(frontier: dict, cpu: dict, reanalysis: dict, long: dict) -> str:
         "gap to GRPO averaged over the Pass@1 range that both runs' measured checkpoints cover; docs/results.md):",
         *[f"  - {sentence}" for sentence in trajectory_sentences(reanalysis)],
         *long_study_lines(long),
+        *fork_study_lines(fork),
         "",
         "![The matched frontier and the training trajectories](results/frontier_study.png)",
     ])
@@ -87,7 +110,8 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", type=Path, help="page to fill between the headline markers (README.md)")
     args = parser.parse_args(argv)
-    block = render(*(json.loads((ROOT / path).read_text()) for path in SOURCES))
+    required, fork = sources()
+    block = render(*required, fork=fork)
     if args.write:
         write(args.write, block)
     else:

@@ -272,3 +272,20 @@ def test_quick_study_end_to_end_resumes_and_reuses(tmp_path):
     assert all(status[p]["done"] == status[p]["planned"] for p in ("detect", "base", "select"))
     block = fs.render_block(summary, "q.json", "q.png")
     assert "Hypotheses" in block and "Fork detectors" in block
+    import headline
+    lines = headline.fork_study_lines(summary)
+    assert [line.split(":")[0].strip(" -") for line in lines[1:5]] == ["H1", "H2", "H3", "H4"]
+    assert "partial" in headline.fork_study_lines(summary | {"partial": True})[0] and headline.fork_study_lines(None) == []
+
+
+def test_the_committed_block_is_the_render_of_the_committed_summary():
+    """docs/results.md's fork-study block is generated from results/fork_study.json, never typed."""
+    summary_path = ROOT / "results" / "fork_study.json"
+    text = (ROOT / "docs" / "results.md").read_text()
+    block = text.split(fs.BEGIN, 1)[1].split(fs.END, 1)[0].strip()
+    if not summary_path.exists():
+        assert block == "_Not run yet._"
+        return
+    summary = json.loads(summary_path.read_text())
+    assert block == fs.render_block(summary, "results/fork_study.json", "../results/fork_study.png").strip()
+    assert ("PARTIAL" in block) == summary["partial"]
