@@ -56,11 +56,18 @@ rm.TOKEN_SELECTS |= {"variance-fork-oracle": fork_tokens, "variance-fork-detecte
                      "entropy-top20": entropy_top}
 
 
+def _need_select(t: rm.TokenTerms, cfg: rm.LossConfig) -> None:
+    if t.select is None:
+        raise ValueError(f"token ratio {cfg.token_ratio!r} needs the batch's 'select' mask (reco_mini.TOKEN_SELECTS, "
+                         "filled by reco_mini.train_rl); this trainer does not provide it")
+
+
 @rm.register(rm.TOKEN_RATIOS, "variance-fork-oracle")
 @rm.register(rm.TOKEN_RATIOS, "variance-fork-detected")
 def variance_on_selected(t: rm.TokenTerms, cfg: rm.LossConfig) -> tuple[Tensor, Tensor]:
     """l_t = s_t l_t^variance + (1 - s_t) l_t^is: ReCo's variance ratio rho_t = sg(min(V_theta / V_old_mean, c_max)) on
     the selected tokens, GRPO's clipped ratio on the others. rho reported: rho_t where s_t = 1, else 1."""
+    _need_select(t, cfg)
     var_loss, rho = rm.variance_ratio(t, cfg)
     is_loss, _ = rm.importance_ratio(t, cfg)
     s = t.select.to(var_loss.dtype)
@@ -70,6 +77,7 @@ def variance_on_selected(t: rm.TokenTerms, cfg: rm.LossConfig) -> tuple[Tensor, 
 @rm.register(rm.TOKEN_RATIOS, "entropy-top20")
 def importance_on_selected(t: rm.TokenTerms, cfg: rm.LossConfig) -> tuple[Tensor, None]:
     """l_t = s_t l_t^is: GRPO's clipped loss on the selected tokens only (the others give no gradient)."""
+    _need_select(t, cfg)
     return t.select.to(t.logp.dtype) * rm.importance_ratio(t, cfg)[0], None
 
 

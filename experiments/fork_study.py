@@ -134,9 +134,10 @@ def rollout_step(cfg, model, tokenizer, problems: list, seed: int) -> rm.Step:
     old_logp, v_old, entropy = rm.old_stats(cfg, model, (r["prompt_ids"], r["prompt_mask"], r["resp"], r["mask"]))
     mask = r["mask"].float()
     responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
-    return rm.Step(problems, cfg.group_size, r["texts"], r["resp"], mask, responses, r["rewards"], A, old_logp, v_old,
-                   (v_old * mask).sum() / mask.sum(), entropy, torch.ones(len(A)), rm.loss_config(cfg, "grpo"),
-                   reco_countdown, tokenizer)
+    return rm.Step(problems=problems, group_size=cfg.group_size, texts=r["texts"], resp=r["resp"], mask=mask,
+                   responses=responses, rewards=r["rewards"], advantages=A, old_logp=old_logp, v_old=v_old,
+                   v_old_mean=(v_old * mask).sum() / mask.sum(), entropy=entropy, weights=torch.ones(len(A)),
+                   loss_cfg=rm.loss_config(cfg, "grpo"), task=reco_countdown, tokenizer=tokenizer)
 
 
 def run_detect(spec: dict, plan: dict, ctx: dict) -> dict:
@@ -409,6 +410,8 @@ def status(plan: dict, timing: dict | None) -> dict:
     phases = {"detect": [detect_spec(plan)], "base": base_specs(plan), "select": sel_specs,
               "confirm": confirm_specs(plan, {a: choices.get(a, 1e-4) for a in arms})}  # lr unknown yet: 1e-4 stands in
     out, left_s = {}, 0.0
+    proxy = proxy_timing()
+    timing = timing or (proxy if proxy and f"s_per_eval_n{plan['n_eval']}" in proxy else None)
     for name, specs in phases.items():
         todo = [s for s in specs if not (ls.run_dir(Path(plan["out"]), s) / "result.json").exists()]
         out[name] = {"done": len(specs) - len(todo), "planned": len(specs)}
@@ -416,7 +419,20 @@ def status(plan: dict, timing: dict | None) -> dict:
             left_s += sum(run_seconds(timing, s["arm"], plan) for s in todo)
     out["projected_run_hours_left"] = left_s / 3600 if timing else None
     out["projected_wall_hours_left_at_jobs_2"] = left_s / 3600 / BUDGET_JOBS if timing else None
+    out["projected_from"] = timing.get("source", "this study's --timing") if timing else None
     return out
+
+
+def proxy_timing() -> dict | None:
+    """Before this study's --timing: the long study's timing (results/long_study_timing.json), each arm at the cost of
+    reco-token if its token term is not GRPO's ratio, else of grpo (a proxy, said so in --status)."""
+    path = ROOT / "results" / "long_study_timing.json"
+    if not path.exists():
+        return None
+    t = json.loads(path.read_text())
+    cost = {a: t["arms"]["grpo" if rm.METHODS[m][1] == "is" else "reco-token"] for a, (m, _) in ARMS.items()}
+    return {"arms": cost, "s_per_eval_n128": t["s_per_eval_n128"], "s_per_eval_n256": t["s_per_eval_n256"],
+            "source": "proxy: results/long_study_timing.json (grpo's or reco-token's s_per_step per arm)"}
 
 
 # =============================================================================

@@ -73,6 +73,13 @@ def test_policy_loss_reads_the_select_mask_from_the_batch():
         torch.testing.assert_close(got, rm.policy_loss(t.logp, batch, same, v=t.v)[0])
 
 
+def test_a_selecting_ratio_without_its_mask_says_so():
+    t, _ = _terms()
+    t.select = None
+    with pytest.raises(ValueError, match="needs the batch's 'select' mask"):
+        rm.TOKEN_RATIOS["entropy-top20"](t, rm.LossConfig(token_ratio="entropy-top20", occurrence="none"))
+
+
 def test_top_share_against_brute_force():
     rng = random.Random(0)
     for _ in range(50):
@@ -125,9 +132,11 @@ def _step(seed=0, P=2, G=4, T=6):
     kinds = ["fork", "style", "determined"]
     labels = [[kinds[int(x)] for x in torch.randint(0, 3, (int(mask[i].sum()),), generator=g)] for i in range(P * G)]
     labels[5] = ["other"] * T  # a response outside the grammar
-    return rm.Step([None] * P, G, [""] * (P * G), resp, mask, [[]] * (P * G), rewards, rm.group_advantages(rewards).flatten(),
-                   -torch.rand(P * G, T, generator=g), torch.rand(P * G, T, generator=g), torch.tensor(0.5),
-                   torch.rand(P * G, T, generator=g), torch.ones(P * G), rm.LossConfig(), _Task(labels), None)
+    return rm.Step(problems=[None] * P, group_size=G, texts=[""] * (P * G), resp=resp, mask=mask, responses=[[]] * (P * G),
+                   rewards=rewards, advantages=rm.group_advantages(rewards).flatten(),
+                   old_logp=-torch.rand(P * G, T, generator=g), v_old=torch.rand(P * G, T, generator=g),
+                   v_old_mean=torch.tensor(0.5), entropy=torch.rand(P * G, T, generator=g), weights=torch.ones(P * G),
+                   loss_cfg=rm.LossConfig(), task=_Task(labels), tokenizer=None)
 
 
 def test_group_contrast_and_clip_cov_against_brute_force():
