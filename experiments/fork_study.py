@@ -458,7 +458,8 @@ def plot(summary: dict, path: Path) -> None:
                 xs.append(p), mean.append(s["mean"]), lo.append(s["mean"] - s["ci95"]), hi.append(s["mean"] + s["ci95"])
         ax.plot(xs, mean, color=f"C{i}", label=f"{a} ({len(curves)} seeds)")
         ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15)
-    ax.set(xlabel="Pass@1 (test)", ylabel=f"Pass@{k} (test)", title="Mean frontier per arm (band: 95% CI over seeds)")
+    ax.set(xlabel="Pass@1 (test)", ylabel=f"Pass@{k} (test)",
+           title="Mean frontier per arm (band: 95% CI over the seeds reaching that Pass@1)")
     ax.legend(fontsize=7)
     names = list(summary["arms"])
     bottom = [0.0] * len(names)

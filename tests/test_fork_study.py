@@ -298,3 +298,28 @@ def test_the_committed_block_is_the_render_of_the_committed_summary():
     summary = json.loads(summary_path.read_text())
     assert block == fs.render_block(summary, "results/fork_study.json", "../results/fork_study.png").strip()
     assert ("PARTIAL" in block) == summary["partial"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / "results" / "long_study_base.pt").exists(), reason="the committed base is not here")
+def test_detect_phase_rollouts_of_the_committed_base(tmp_path):
+    """The detect phase's pieces on the real base and task: a rollout batch of countdown-long responses, its fork
+    tokens exactly the parser's labels (reco_countdown.long_labels, counted by hand here), and the table over them."""
+    import reco_countdown
+
+    plan = fs.make_plan(fs.argparse.Namespace(out=str(tmp_path), quick=False, timing=True, reuse=""), None)
+    ctx = fs.ls.load_context(plan["flags"], ROOT / "results" / "long_study_base.pt")
+    assert fs.ls.base_sha256(ctx["base"]) == fs.BASE_SHA256
+    cfg = rm.parse_config([*fs.ls.TASK_FLAGS, "--seed", "19"])
+    with torch.no_grad():
+        step = fs.rollout_step(cfg, ctx["base"], ctx["tokenizer"], ctx["splits"]["val"][:6], 5)
+    forks, in_grammar = 0, 0
+    for row, n in zip(step.resp.tolist(), step.mask.sum(-1).tolist()):
+        chars = ctx["tokenizer"].convert_ids_to_tokens(row[: int(n)])
+        labels = reco_countdown.long_labels("".join(chars[:-1] if chars[-1:] == [ctx["tokenizer"].eos_token] else chars))
+        if labels is not None:
+            forks, in_grammar = forks + labels.count("fork"), in_grammar + 1
+    assert in_grammar > 0 and float(fd.fork_tokens(step).sum()) == forks
+    table = fd.detector_table({"base": step})["base"]
+    assert table["responses"] == in_grammar and table["responses_all"] == 6 * cfg.group_size
+    assert all(row["forks"] == forks for row in table["detectors"].values())
