@@ -17,7 +17,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpu_study  # noqa: E402
-import fork_study  # noqa: E402
 import frontier_study  # noqa: E402
 import long_study  # noqa: E402
 import protocol  # noqa: E402
@@ -57,6 +56,7 @@ def fork_study_lines(fork: dict | None) -> list[str]:
     the detector's verdict and the stall counts, each read by its rule."""
     if fork is None:
         return []
+    import fork_study  # here, not at the top: importing it registers the fork arms in reco_mini
     head = "- Pre-registered fork study (countdown-long; [docs/fork_study.md](docs/fork_study.md))"
     if fork["partial"]:
         return [f"{head}: **partial**, {fork['compute']['runs']} of {fork['compute']['runs_planned']} runs; no finding is "

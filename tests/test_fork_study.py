@@ -15,10 +15,30 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
-_spec = importlib.util.spec_from_file_location("fork_study", ROOT / "experiments" / "fork_study.py")
-fs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fs)
-fa, fd, rm = fs.fork_arms, fs.fork_detect, fs.rm
+import fork_detect as fd  # noqa: E402  (registers nothing)
+
+import reco_mini as rm  # noqa: E402
+
+fs = fa = None  # fork_study and fork_arms register the arms in reco_mini: loaded per module run, then unregistered
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _arms_registered_only_here():
+    """Other test modules parametrize over reco_mini's registries at collection and iterate them at run time: the arms
+    exist only while this module's tests run."""
+    global fs, fa
+    registries = (rm.METHODS, rm.TOKEN_RATIOS, rm.TOKEN_SELECTS, rm.OCCURRENCES)
+    before = [set(r) for r in registries]
+    spec = importlib.util.spec_from_file_location("fork_study", ROOT / "experiments" / "fork_study.py")
+    fs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fs)
+    fa = fs.fork_arms
+    yield
+    for registry, names in zip(registries, before):
+        for name in set(registry) - names:
+            del registry[name]
+    for name in ("fork_arms", "fork_study"):
+        sys.modules.pop(name, None)
 
 
 def _terms(B=3, T=5, seed=0):
