@@ -611,6 +611,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.timing:
         torch.set_num_threads(args.threads)
         fork_arms.use_detector("entropy", 0.2)  # a stand-in until the detect phase chooses: the cost is the same
+        ls.load_context(plan["flags"], ROOT / "results" / "long_study_base.pt")  # installs the committed base in the cache
         timing = ls.timing_run(plan, arms={a: ARMS[a] for a in plan["arms"]}, on_step=fork_arms.on_step)
         timing_path.parent.mkdir(parents=True, exist_ok=True)
         timing_path.write_text(json.dumps(finite_or_none({**timing, "budget": budget(timing, plan)}), indent=1))
