@@ -343,3 +343,12 @@ def test_detect_phase_rollouts_of_the_committed_base(tmp_path):
     table = fd.detector_table({"base": step})["base"]
     assert table["responses"] == in_grammar and table["responses_all"] == 6 * cfg.group_size
     assert all(row["forks"] == forks for row in table["detectors"].values())
+    # one RL step of the oracle arm on the real base: the hook sees the labels, and its selection is exactly the forks
+    model = fs.copy.deepcopy(ctx["base"]).requires_grad_(True)
+    cfg = rm.parse_config([*fs.ls.TASK_FLAGS, "--method", "reco-token-fork-oracle", "--steps", "1", "--prompts-per-step", "4",
+                           "--out", str(tmp_path)])
+    rm.train_rl(cfg, "reco-token-fork-oracle", model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], tmp_path,
+                on_step=fa.on_step)
+    (row,) = fs.ls.read_jsonl(tmp_path / "log.jsonl")
+    assert row["select_share"] > 0 and row["select_precision"] == row["select_recall"] == 1.0
+    assert sum(row[f"arm_share_{c}"] for c in fs.TOKEN_CLASSES) == pytest.approx(1.0)
