@@ -365,6 +365,12 @@ def annotate(problems: list, group_size: int, texts: list[str], resp: torch.Tens
     return keys, labels
 
 
+def token_labels(problems: list, group_size: int, texts: list[str], resp: torch.Tensor, mask: torch.Tensor,
+                 tokenizer) -> list[list[str]] | None:
+    """The task interface's token labels (reco_mini.Step.task.token_labels): annotate's labels, None without any."""
+    return annotate(problems, group_size, texts, resp, mask, tokenizer)[1]
+
+
 def duplicate_rate(groups: list[list]) -> float:
     """The share of responses that repeat an earlier response of their group: mean over groups of (G - distinct) / G."""
     return sum((len(g) - len(set(g))) / len(g) for g in groups) / len(groups)

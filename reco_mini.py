@@ -325,6 +325,7 @@ class TokenTerms:  # what a token-ratio term may use; [B, T] unless noted
     v: Tensor | None  # V_theta(s_t)
     v_old: Tensor | None  # V_old(s_t)
     v_old_mean: Tensor | None  # scalar: mean V_old over the rollout batch's response tokens (all ranks)
+    select: Tensor | None = None  # 0/1 tokens chosen by TOKEN_SELECTS[token_ratio], where that ratio is registered there
 
 
 # Token level. Signature: (TokenTerms, LossConfig) -> (per-token loss [B, T], rho [B, T] or None)
@@ -374,7 +375,7 @@ def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tens
     r = torch.exp(torch.clamp(logp - batch["old_logp"], -20.0, 20.0))  # [B, T]
     clipped_high, clipped_low = (r > 1 + cfg.clip_high) & (A > 0), (r < 1 - cfg.clip_low) & (A < 0)
     keep = (~(clipped_high | clipped_low)).to(logp.dtype)
-    terms = TokenTerms(logp, r, A, keep, v, batch.get("v_old"), batch.get("v_old_mean"))
+    terms = TokenTerms(logp, r, A, keep, v, batch.get("v_old"), batch.get("v_old_mean"), batch.get("select"))
     loss, rho = TOKEN_RATIOS[cfg.token_ratio](terms, cfg)
     if cfg.dual_clip > 0:  # cap the loss of negative advantages at -C A (zero gradient where it binds)
         loss = torch.where(A < 0, torch.min(loss, -cfg.dual_clip * A), loss)
@@ -447,6 +448,31 @@ def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Ge
 # RL: rollout -> reward -> advantage -> old stats -> weights -> updates (design 2)
 # =============================================================================
 
+@dataclass
+class Step:
+    """One RL step once the response weights are computed: what TOKEN_SELECTS and train_rl's on_step hook see."""
+    problems: list  # the step's P problems
+    group_size: int
+    texts: list[str]  # P*G decoded responses, problem-major
+    resp: Tensor  # [B, T] response token ids
+    mask: Tensor  # [B, T] float
+    responses: list[list[int]]
+    rewards: Tensor  # [P, G]
+    advantages: Tensor  # [B]
+    old_logp: Tensor  # [B, T]
+    v_old: Tensor  # [B, T]
+    v_old_mean: Tensor  # 0-d
+    entropy: Tensor  # [B, T]
+    weights: Tensor  # [B]
+    loss_cfg: LossConfig
+    task: object
+    tokenizer: object
+
+
+# token ratio -> the tokens it acts on, a [B, T] float 0/1 mask of the Step; put in the batch as "select"
+TOKEN_SELECTS: dict[str, Callable[[Step], Tensor]] = {}
+
+
 def old_stats(cfg: Config, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
     """log pi(y_t), V(s_t) and H(s_t) of the whole rollout batch under `model`, cfg.micro_batch rows per forward."""
     rows = torch.arange(len(seqs[2]), device=seqs[2].device)
@@ -456,9 +482,10 @@ def old_stats(cfg: Config, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, run_dir: Path,
-             eval_problems: list | None = None):
+             eval_problems: list | None = None, on_step: Callable[[Step], dict] | None = None):
     """Train `model` with `method`; log a row per step to run_dir/log.jsonl and, every cfg.eval_every steps, the
-    evaluation on `eval_problems` to run_dir/trajectory.jsonl. `base` serves the KL term and kl_base where at hand."""
+    evaluation on `eval_problems` to run_dir/trajectory.jsonl. `base` serves the KL term and kl_base where at hand.
+    `on_step(step)` is called once per step after the weights, before the updates; its dict joins the log row."""
     loss_cfg = loss_config(cfg, method)
     rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -489,6 +516,12 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         diagnostics = reco_countdown.step_diagnostics(occurrence_weights, list(OCCURRENCES), old_logp, mask, responses, keys,
                                                       labels, A.view(P, G), w, v_old, v_old_mean, loss_cfg)
         batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old, ref_logp=ref_logp)
+        if loss_cfg.token_ratio in TOKEN_SELECTS or on_step is not None:
+            state = Step(step_problems, G, r["texts"], r["resp"], mask, responses, r["rewards"], A, old_logp, v_old,
+                         v_old_mean, entropy, w, loss_cfg, reco_countdown, tokenizer)
+            if loss_cfg.token_ratio in TOKEN_SELECTS:
+                batch["select"] = TOKEN_SELECTS[loss_cfg.token_ratio](state)
+            diagnostics |= on_step(state) if on_step is not None else {}
         stats, t2 = {}, time.time()  # stats: name -> one value per update (policy_loss's: per micro-batch)
         with reco_io.training(model, cfg.gradient_checkpointing):
             for _ in range(cfg.epochs):

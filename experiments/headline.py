@@ -22,7 +22,8 @@ import cpu_study  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
 FRONTIER, CPU, LONG = "results/frontier_study.json", "results/cpu_study.json", "results/long_study.json"
-SOURCES = (FRONTIER, CPU, LONG)
+FORK = "results/fork_study.json"
+SOURCES = (FRONTIER, CPU, LONG)  # FORK joins them once the fork study has written its summary
 
 
 def interval(estimate: float, low: float, high: float) -> str:
@@ -98,7 +99,26 @@ def long_study_sentence(long: dict) -> str:
             f"{compared(h['H3'], 'its token-level half alone')}, though it {shift}.")
 
 
-def render(frontier: dict, cpu: dict, long: dict) -> str:
+def fork_study_lines(fork: dict | None) -> list[str]:
+    """The fork study: nothing before its first summary, how far it is while it runs, then each claim by its rule."""
+    if fork is None:
+        return []
+    import fork_study  # here, not at the top: importing it registers the fork arms in reco_mini
+    head = "**Aiming the token term at forks** ([docs/fork_study.md](docs/fork_study.md))"
+    if fork["partial"]:
+        return [f"{head}: the study is **partial**, {fork['compute']['runs']} of {fork['compute']['runs_planned']} "
+                "runs; no finding is drawn from it until it finishes."]
+    stalls = ", ".join(f"{a} {s['stalled']}/{s['runs']}" for a, s in fork["stalls"].items())
+    return [f"{head}: " + "; ".join(fork_study.claims(fork)) + f". Stalled runs per arm: {stalls}."]
+
+
+def sources() -> tuple[list[dict], dict | None]:
+    """The committed summaries render takes: SOURCES, and the fork study's where it exists."""
+    fork = ROOT / FORK
+    return [json.loads((ROOT / path).read_text()) for path in SOURCES], json.loads(fork.read_text()) if fork.exists() else None
+
+
+def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None) -> str:
     """The block: one plain sentence per finding."""
     return "\n".join([
         f"_Generated from `{FRONTIER}`, `{CPU}` and `{LONG}` by `python experiments/headline.py --write README.md`; "
@@ -107,6 +127,7 @@ def render(frontier: dict, cpu: dict, long: dict) -> str:
         f"- {concentration_sentence(cpu)}",
         *[f"- {sentence}" for sentence in frontier_sentences(frontier)],
         f"- {long_study_sentence(long)}",
+        *[f"- {line}" for line in fork_study_lines(fork)],
     ])
 
 
@@ -122,7 +143,8 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", type=Path, help="page to fill between the headline markers (README.md)")
     args = parser.parse_args(argv)
-    block = render(*(json.loads((ROOT / path).read_text()) for path in SOURCES))
+    required, fork = sources()
+    block = render(*required, fork=fork)
     if args.write:
         write(args.write, block)
     else:

@@ -106,8 +106,11 @@ def run_dir(out: Path, spec: dict) -> Path:
     return out / spec["phase"] / spec["arm"] / f"lr{spec['lr']:g}" / f"seed{spec['seed']}"
 
 
-def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
-    """Train and evaluate one spec (or only evaluate the base); writes result.json atomically and returns it."""
+def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, on_step=None,
+            diagnostics: list[str] | None = None) -> dict:
+    """Train and evaluate one spec (or only evaluate the base); writes result.json atomically and returns it. Another
+    study passes its own `arms` (arm -> method, flags), reco_mini's per-step hook `on_step` and the `diagnostics` it
+    keeps (default: this study's ARMS, none, DIAGNOSTICS)."""
     path = run_dir(Path(plan["out"]), spec)
     if (path / "result.json").exists():
         return json.loads((path / "result.json").read_text())
@@ -119,21 +122,26 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
         cfg = rm.parse_config([*common, "--seed", str(spec["seed"]), "--methods", ""])
         trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], "base")}]
     else:
-        method, extra = ARMS[spec["arm"]]
+        method, extra = (arms or ARMS)[spec["arm"]]
         cfg = rm.parse_config([*common, *extra, "--method", method, "--seed", str(spec["seed"]), "--lr", str(spec["lr"]),
                                "--steps", str(plan["steps"]), "--eval-every", str(plan["eval_every"]), "--out", str(path)])
         torch.manual_seed(spec["seed"])
         model = copy.deepcopy(base).requires_grad_(True)
         try:
-            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, splits[spec["split"]])
+            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, splits[spec["split"]], on_step=on_step)
         except SystemExit as exc:  # reco_mini stops before a non-finite gradient reaches the weights
             stopped = str(exc.code)
         trajectory, log = read_jsonl(path / "trajectory.jsonl"), read_jsonl(path / "log.jsonl")
     keep = ("step", "pass_at_k", "counts", "mean_accuracy", "distinct_correct")
     result = {"spec": spec, "stopped": stopped, "trajectory": [{k: row[k] for k in keep} for row in trajectory],
-              "diagnostics": {name: [row.get(name) for row in log] for name in DIAGNOSTICS},
+              "diagnostics": {name: [row.get(name) for row in log] for name in diagnostics or DIAGNOSTICS},
               "divergence": divergence(log, stopped, KL_LIMIT) if log else None,
               "wall_time_s": round(time.time() - start, 1), "torch_threads": torch.get_num_threads()}
+    return save_result(path, result)
+
+
+def save_result(path: Path, result: dict) -> dict:
+    """Write result.json into `path` atomically, unless one appeared meanwhile; returns the one that stands."""
     if (path / "result.json").exists():  # finished or restored meanwhile, by another process: that one stands
         return json.loads((path / "result.json").read_text())
     (path / "result.json.tmp").write_text(json.dumps(finite_or_none(result)))
@@ -183,22 +191,24 @@ def _run(spec: dict, plan: dict) -> dict:
     return run_one(spec, plan, _CTX)
 
 
-def run_all(specs: list[dict], plan: dict, jobs: int, threads: int) -> int:
-    """Run the unfinished specs (in `jobs` worker processes); returns how many ran."""
+def run_all(specs: list[dict], plan: dict, jobs: int, threads: int, run=None) -> int:
+    """Run the unfinished specs (in `jobs` worker processes) with `run(spec, plan)`, a module-level function (default:
+    this study's run_one); returns how many ran."""
+    run = run or _run
     todo = [s for s in specs if not (run_dir(Path(plan["out"]), s) / "result.json").exists()]
     if jobs == 1 or len(todo) <= 1:
         previous = torch.get_num_threads()
         if todo:
             _init_worker(plan["flags"], threads)
         for spec in todo:
-            _run(spec, plan)
+            run(spec, plan)
         torch.set_num_threads(previous)
     else:
         for name, value in WORKER_MALLOC.items():  # read by glibc when a worker starts; the caller's settings win
             os.environ.setdefault(name, value)
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init_pool_worker,
                                  initargs=(plan["flags"], threads)) as pool:
-            for future in as_completed([pool.submit(_run, s, plan) for s in todo]):
+            for future in as_completed([pool.submit(run, s, plan) for s in todo]):
                 future.result()
     return len(todo)
 
@@ -221,7 +231,8 @@ def base_sha256(base) -> str:
     return digest.hexdigest()
 
 
-def write_archive(path: Path, plan: dict, specs: list[dict], partial: bool, base: str | None) -> int:
+def write_archive(path: Path, plan: dict, specs: list[dict], partial: bool, base: str | None,
+                  what: str = "finished runs of experiments/long_study.py (raw results; restored by its next start)") -> int:
     """The finished runs of `specs`, one JSON line each after a header line (gzip, no timestamp): what a fresh
     checkout needs to resume the study; archived runs of the same design that are not on disk stay in it. Returns how
     many runs it holds."""
@@ -233,8 +244,7 @@ def write_archive(path: Path, plan: dict, specs: list[dict], partial: bool, base
                 results += [r for r in map(json.loads, f) if json.dumps(r["spec"], sort_keys=True) not in on_disk]
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
-        header = {"what": "finished runs of experiments/long_study.py (raw results; restored by its next start)",
-                  "partial": partial, "fingerprint": fingerprint(plan), "base_sha256": base, "runs": len(results)}
+        header = {"what": what, "partial": partial, "fingerprint": fingerprint(plan), "base_sha256": base, "runs": len(results)}
         f.write((json.dumps(header) + "\n").encode())
         for result in results:
             f.write((json.dumps(result) + "\n").encode())
@@ -242,9 +252,10 @@ def write_archive(path: Path, plan: dict, specs: list[dict], partial: bool, base
     return len(results)
 
 
-def restore_archive(path: Path, plan: dict, base: str | None = None) -> int:
+def restore_archive(path: Path, plan: dict, base: str | None = None, keep=None) -> int:
     """Write each archived run of this design back to its run directory where that has none; given `base`, only if
-    the design knows that base (the archive's own, or its amendment's). Returns how many."""
+    the design knows that base (the archive's own, or its amendment's); given `keep(result)`, only the runs it keeps.
+    Returns how many."""
     if not path.exists():
         return 0
     with gzip.open(path, "rt") as f:
@@ -260,7 +271,7 @@ def restore_archive(path: Path, plan: dict, base: str | None = None) -> int:
         for line in f:
             result = json.loads(line)
             target = run_dir(Path(plan["out"]), result["spec"]) / "result.json"
-            if not target.exists():
+            if not target.exists() and (keep is None or keep(result)):
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.with_suffix(".tmp").write_text(line.rstrip("\n"))
                 target.with_suffix(".tmp").replace(target)
@@ -516,20 +527,21 @@ BUDGET_RULE = (
     "any run.")
 
 
-def timing_run(plan: dict, steps: int = 5) -> dict:
+def timing_run(plan: dict, steps: int = 5, arms: dict | None = None, on_step=None) -> dict:
     """Seconds per RL step of each arm (mean over `steps` steps at the study's settings, from the base, on the
-    training problems) and per evaluation of the validation split at n = 128 and at n = 256."""
+    training problems) and per evaluation of the validation split at n = 128 and at n = 256; another study passes
+    its own `arms` and per-step hook."""
     ctx = load_context(plan["flags"])
     out = {"steps": steps, "threads": torch.get_num_threads(), "task_flags": TASK_FLAGS, "flags": plan["flags"], "arms": {}}
     tmp = Path(plan["out"]) / "timing"
     for a in plan["arms"]:
-        method, extra = ARMS[a]
+        method, extra = (arms or ARMS)[a]
         (tmp / a).mkdir(parents=True, exist_ok=True)
         cfg = rm.parse_config([*TASK_FLAGS, *plan["flags"], *extra, "--method", method, "--steps", str(steps), "--out",
                                str(tmp / a)])
         model = copy.deepcopy(ctx["base"]).requires_grad_(True)
         start = time.time()
-        rm.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], tmp / a)
+        rm.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], tmp / a, on_step=on_step)
         log = read_jsonl(tmp / a / "log.jsonl")
         out["arms"][a] = {"s_per_step": (time.time() - start) / steps,
                           "response_tokens": _mean([row["response_length"] for row in log])}
@@ -628,6 +640,20 @@ def _interval(row: dict) -> str:
     return f"{row['mean']:+.3f}{ci}"
 
 
+def arm_terms(arm: str) -> str:
+    """Where an arm changes both the response weight and the token ratio, a clause saying its difference is the arm's,
+    not one term's (the arm's estimate cannot be attributed to either term alone)."""
+    if arm not in ARMS:
+        return ""
+    method, extra = ARMS[arm]
+    occurrence, ratio, _ = rm.METHODS[method]
+    occurrence = extra[extra.index("--occurrence") + 1] if "--occurrence" in extra else occurrence
+    if occurrence == "none" or ratio == "is":
+        return ""
+    return (f", as a whole: it carries the {occurrence} response weights and the {ratio} token ratio together, so the "
+            "difference is not attributable to either term alone")
+
+
 def claims(summary: dict) -> list[str]:
     """Plain-language sentences, by rule, so that a null is reported as a null."""
     out = []
@@ -647,8 +673,8 @@ def claims(summary: dict) -> list[str]:
         elif h.get("equivalent"):
             reading = f"not confirmed; the effect is equivalent to zero within ±{EQUIVALENCE_MARGIN} (TOST)"
         elif h.get("ci_high") is not None and h["ci_high"] < 0:
-            reading = (f"not confirmed: the effect goes the other way, its 95% CI lies below zero ({h['arm']} is worse; "
-                       "two-sided, not Holm-corrected)")
+            reading = (f"not confirmed: the effect goes the other way, its 95% CI lies below zero (the arm {h['arm']} is "
+                       f"worse{arm_terms(h['arm'])}; two-sided, not Holm-corrected)")
         else:
             reading = "not confirmed, and not shown equivalent to zero: a null, not evidence of no effect"
         out.append(f"{h['name']}: {h['arm']} − {h['reference']} = {_interval(h)} over {h['n']} seeds; {reading}.")

@@ -232,3 +232,13 @@ def test_inertness_is_read_from_its_own_arm_and_pooled_only_for_a_dropped_arm():
     assert ls.inert_verdict(confirm[:1], "reco", ["grpo", "reco"])["holds"] is None  # planned, not run yet
     pooled = ls.inert_verdict(confirm[:1], "reco", ["grpo"])  # the budget dropped reco
     assert pooled["steps_from"] == "all arms" and pooled["share_of_steps_below"] == 0.5
+
+
+def test_a_two_term_arm_is_read_as_the_arm_not_a_term():
+    """Issue 34, item 1: reco-canonical carries the canonical weights and the variance ratio, so a loss is the arm's."""
+    row = {"name": "H2", "arm": "reco-canonical", "reference": "grpo", "mean": -0.075, "ci_low": -0.133,
+           "ci_high": -0.017, "n": 8, "confirmed": False, "equivalent": False}
+    (claim,) = ls.claims({"primary": [row]})
+    assert "the arm reco-canonical is worse, as a whole" in claim and "not attributable to either term alone" in claim
+    (one_term,) = ls.claims({"primary": [row | {"arm": "reco-token"}]})
+    assert "the arm reco-token is worse;" in one_term and "attributable" not in one_term
