@@ -54,7 +54,7 @@ def loss_checks(cfg, occurrences: list[str], token_ratios: list[str]) -> list[tu
     ]
 
 
-def run_checks(cfg, methods: list[str]) -> list[tuple[str, bool, str]]:
+def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, bool, str]]:
     """reco_mini.Config's checks of the run's own settings (task, files, sizes, flags): (field, ok, message)."""
     import reco_log
 
@@ -62,7 +62,7 @@ def run_checks(cfg, methods: list[str]) -> list[tuple[str, bool, str]]:
     return [
         ("methods", all(m in methods for m in cfg.method_list),
          f"must be a comma-separated subset of {list(methods)}"),
-        ("task", cfg.task in ("countdown", "countdown-long", "math"), "must be countdown, countdown-long or math"),
+        ("task", cfg.task in tasks, f"must be one of {', '.join(tasks)}"),
         ("task", cfg.task != "math" or bool(cfg.model and cfg.data), "math needs --model and --data"),
         ("data", not cfg.data or Path(cfg.data).is_file(), f"{cfg.data}: no such file"),
         ("eval_data", not cfg.eval_data or Path(cfg.eval_data).is_file(), f"{cfg.eval_data}: no such file"),
@@ -171,6 +171,25 @@ def load_hf(name_or_path: str, device: str):
     return tokenizer, model
 
 
+def stop_token_ids(tokenizer, template: str | None, generation_config=None) -> list[int]:
+    """Tokens that end a response: the tokenizer's EOS, the EOS ids of the model's generation config and, for the
+    qwen-boxed or a chat template, ``<|im_end|>`` (a Qwen base model's EOS is ``<|endoftext|>``, but it closes the
+    chat turn with ``<|im_end|>`` and may then keep writing, and a later ``\\boxed{}`` would be graded).
+    `template` None (no prompt template, e.g. countdown): none. reco_mini's math task and reco_scaled's engines."""
+    if template is None:
+        return []
+    eos = getattr(generation_config, "eos_token_id", None)
+    stop = [tokenizer.eos_token_id] + (eos if isinstance(eos, list) else [eos])
+    if template in ("qwen-boxed", "chat") and "<|im_end|>" in tokenizer.get_vocab():
+        stop.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    return list(dict.fromkeys(t for t in stop if t is not None))
+
+
+def has_bos(text: str, tokenizer) -> bool:
+    """Chat templates (Llama 3) already write the BOS token; the tokenizer must not add a second."""
+    return bool(tokenizer.bos_token) and text.startswith(tokenizer.bos_token)
+
+
 @torch.no_grad()
 def check_lm_head(model) -> None:
     """--head-chunk makes the logits as lm_head(decoder's last hidden state): refuse a model whose forward does more
@@ -189,11 +208,13 @@ def check_lm_head(model) -> None:
 
 @torch.no_grad()
 def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, temperature: float,
-           eos_id: int, pad_id: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+           stop_ids: int | list[int], pad_id: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """Sample from softmax(logits/tau) token by token, reusing the KV cache. prompt_ids, prompt_mask: [B, L]
-    left-padded -> responses [B, T], mask [B, T] (1 up to and including <eos>; later positions hold pad_id)."""
+    left-padded -> responses [B, T], mask [B, T] (1 up to and including the first of `stop_ids`, the EOS and any
+    other token that ends a response (stop_token_ids); later positions hold pad_id)."""
     from transformers import DynamicCache
 
+    stop = torch.tensor(stop_ids, device=prompt_ids.device).view(-1)
     cache, attn = DynamicCache(), prompt_mask
     pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L]
     logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
@@ -204,7 +225,7 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, 
         nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [B]
         alive.append(~done)
         tokens.append(torch.where(done, pad_id, nxt))
-        done = done | (nxt == eos_id)
+        done = done | torch.isin(nxt, stop)
         if done.all():
             break
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)

@@ -41,6 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from analysis import divergence, finite_or_none, holm, read_jsonl, summarize, t_cdf  # noqa: E402
+from diagnostics import on_step  # noqa: E402
 from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
@@ -125,7 +126,7 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
         torch.manual_seed(spec["seed"])
         model = copy.deepcopy(base).requires_grad_(True)
         try:
-            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, splits[spec["split"]])
+            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, splits[spec["split"]], on_step)
         except SystemExit as exc:  # reco_mini stops before a non-finite gradient reaches the weights
             stopped = str(exc.code)
         trajectory, log = read_jsonl(path / "trajectory.jsonl"), read_jsonl(path / "log.jsonl")
@@ -529,7 +530,7 @@ def timing_run(plan: dict, steps: int = 5) -> dict:
                                str(tmp / a)])
         model = copy.deepcopy(ctx["base"]).requires_grad_(True)
         start = time.time()
-        rm.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], tmp / a)
+        rm.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], tmp / a, on_step=on_step)
         log = read_jsonl(tmp / a / "log.jsonl")
         out["arms"][a] = {"s_per_step": (time.time() - start) / steps,
                           "response_tokens": _mean([row["response_length"] for row in log])}
