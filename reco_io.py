@@ -1,9 +1,10 @@
 """reco_io.py: the plumbing of reco_mini.py, kept out of the file that teaches the method.
 
 The command line (a flag and its help for every config field; one-line errors, exit code 2), the math task's
-files and model (loaded with one-line errors), the KV-cache sampler, the precision and gradient-checkpointing
-switches of reco_mini's forwards, atomic checkpoint writes, and the Pass@k table and plot, which reco_scaled's
-evaluation uses too. Nothing here imports reco_mini: it is handed what it needs.
+files and model (loaded with one-line errors), the KV-cache sampler and its stop tokens, the memory-saving
+token_stats, the precision and gradient-checkpointing switches of reco_mini's forwards, atomic checkpoint writes,
+and the Pass@k table and plot, which reco_scaled's evaluation uses too. Nothing here imports reco_mini: it is handed
+what it needs.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from typing import NoReturn
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 PROG = "reco_mini.py"
 
@@ -233,6 +235,30 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, 
         logits = model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=pos,
                        past_key_values=cache).logits[:, -1]
     return torch.stack(tokens, 1), torch.stack(alive, 1).long()
+
+
+def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256,
+                head: torch.nn.Module | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """An optimisation of reco_mini's token_logprobs, variance_stat and token_entropy: the same values bit for bit
+    (tests/test_mini_token_stats.py), in one pass without their fp32 copies of [B, T, V]: one fp32 slice of about
+    `chunk` tokens at a time. log pi's gradient recomputes its slice in the backward pass (checkpoint), so only the
+    logits stay alive. [B,T,V],[B,T] -> 3 x [B,T]; V and H: no gradient. With `head` (the lm head), `logits` are the
+    last hidden states [B,T,H]: each slice makes its logits, and the backward pass remakes them, so no [B, T, V]
+    tensor is kept (--head-chunk)."""
+    def one_slice(z: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        z = z if head is None else head(z)
+        z = (z.double() if z.dtype == torch.float64 else z.float()) / temperature  # the one upcast
+        logp = F.log_softmax(z, dim=-1)
+        with torch.no_grad():
+            v, h = 1.0 - F.softmax(z, dim=-1).square().sum(-1), -(logp.exp() * logp).sum(-1)
+        return logp.gather(-1, y.unsqueeze(-1)).squeeze(-1), v, h
+
+    width = max(1, chunk // max(1, logits.shape[0]))
+    grad = torch.is_grad_enabled() and logits.requires_grad
+    parts = [checkpoint(one_slice, z, y, use_reentrant=False) if grad else one_slice(z, y)
+             for z, y in zip(logits.split(width, dim=1), targets.split(width, dim=1))]
+    logp, v, h = (torch.cat(t, dim=1) for t in zip(*parts))
+    return logp, v.detach(), h.detach()
 
 
 def autocast(device: str, dtype: str) -> torch.autocast:

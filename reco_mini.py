@@ -1,24 +1,17 @@
 """reco_mini.py: GRPO and ReCo (arXiv 2607.26862) end to end, the method in one readable file.
 
-The baseline is GRPO with verl's defaults: G samples per prompt, group-relative advantages, a
-PPO-clipped token surrogate, several mini-batch updates per rollout, `token-mean` loss aggregation
-and no KL. ReCo changes two terms:
-
+GRPO with verl's defaults: G samples per prompt, group-relative advantages, a PPO-clipped token
+surrogate, several mini-batch updates per rollout, token-mean aggregation, no KL. ReCo changes two
+terms:
   1. Response level: each response's loss is multiplied by w_i, the inverse of its expected number
-     of copies in the group, m_i = 1 + (G-1) pi_old(y_i|x), normalised to mean 1 over the group
-     (`occurrence_weights`).
+     of copies in the group, m_i = 1 + (G-1) pi_old(y_i|x), normalised to mean 1 in the group.
   2. Token level: the importance ratio r_t = pi_theta/pi_old is replaced by the variance ratio
-     rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)), V(s) = 1 - sum_v pi(v|s)^2, inside GRPO's
-     trust region (`variance_ratio`). The batch mean and the cap c_max = 10 are this project's
-     choices (docs/design.md section 5).
-
-Deviations from the paper's text, each a flag (docs/design.md section 5): `--occurrence` and
-`--occurrence-apply` (alternatives to the exact expected-occurrence weight), `--token-ratio
-variance-old`, `--variance-cap`, `--variance-norm none`, and the task: a small Countdown with a tiny
-transformer by default (reco_task.py), math with a 1.5B-8B model on request (`--task math --model M`).
-A published peer runs on the same code: `--method f-grpo` (F-GRPO, arXiv 2602.06717). A loss variant
-is one registered function and a flag (TOKEN_RATIOS, OCCURRENCES).
-Run `python reco_mini.py` for base vs GRPO vs ReCo on a CPU.
+     rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)), V(s) = 1 - sum_v pi(v|s)^2.
+This project's choices, each a flag (docs/design.md section 5): the batch mean V_old, the cap c_max,
+other weights (`--occurrence`), `--token-ratio variance-old`, and the task: a small Countdown with a
+tiny transformer (reco_task.py), or math with a 1.5B-8B model (`--task math --model M`). F-GRPO
+(arXiv 2602.06717) runs on the same code: `--method f-grpo`. A loss variant is one registered
+function and a flag (TOKEN_RATIOS, OCCURRENCES). `python reco_mini.py`: base, GRPO, ReCo on a CPU.
 """
 from __future__ import annotations
 
@@ -35,12 +28,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 
-import reco_io  # plumbing: command line, files, model loading, the sampler, precision, table and plot
+import reco_io  # plumbing: command line, files, models, the sampler, precision, table and plot
 import reco_log  # log.jsonl, and TensorBoard / W&B on request
-from reco_io import ConfigError, opt  # a flag's error, and a config field with its help text
+from reco_io import ConfigError, opt, token_stats  # token_stats: the memory-saving path (below)
 from reco_task import TASKS  # the problems: splits, prompt, reward, canonical keys, token labels
 
 METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
@@ -55,12 +47,10 @@ METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
 @dataclass
 class LossConfig:
     """The policy-loss settings, shared with reco_scaled (its `algo` section)."""
-    occurrence: str = opt("", "response weight: sequence | token-mean | count | canonical | none "
-                              "('' = the method's)")
-    occurrence_apply: str = opt("all", "weigh all responses, or only those with A > 0: all | positive")
+    occurrence: str = opt("", "response weight: sequence | token-mean | count | canonical | none")
+    occurrence_apply: str = opt("all", "weigh all responses, or those with A > 0: all | positive")
     token_ratio: str = opt("", "token term: is | variance | variance-old ('' = the method's)")
-    focal_gamma: float | None = opt(None, "F-GRPO: scale advantages by (1 - group success rate)^gamma "
-                                          "(default: the method's, 1 for f-grpo and 0 otherwise)")
+    focal_gamma: float | None = opt(None, "F-GRPO: A *= (1 - group success rate)^gamma")
     variance_cap: float = opt(10.0, "c_max, the cap on rho = V / mean V_old")
     variance_norm: str = opt("batch", "divide V by its rollout-batch mean: batch | none")
     clip_low: float = opt(0.2, "eps_low of the PPO clip")
@@ -83,9 +73,9 @@ def loss_config(cfg: LossConfig, method: str) -> LossConfig:
     """The loss settings of `method`, with every flag that was set on top."""
     occurrence, token_ratio, gamma = METHODS[method]
     own = {f.name: getattr(cfg, f.name) for f in fields(LossConfig)}
+    gamma = gamma if cfg.focal_gamma is None else cfg.focal_gamma
     return LossConfig(**own | {"occurrence": cfg.occurrence or occurrence,
-                               "token_ratio": cfg.token_ratio or token_ratio,
-                               "focal_gamma": gamma if cfg.focal_gamma is None else cfg.focal_gamma})
+                               "token_ratio": cfg.token_ratio or token_ratio, "focal_gamma": gamma})
 
 
 @dataclass
@@ -98,9 +88,9 @@ class Config(LossConfig):
     out: str = opt("", "output directory (default runs/default, or runs/quick with --quick)")
     quick: bool = opt(False, "a tiny budget for a smoke test of about a minute")
     task: str = opt("countdown", f"{' | '.join(TASKS)} (math needs --model and --data)")
-    model: str = opt("", "Hugging Face model name or directory (default: the tiny model built here)")
+    model: str = opt("", "Hugging Face model name or directory (default: a tiny model built here)")
     data: str = opt("", "task math: JSONL of problems with 'problem' and 'answer'")
-    eval_data: str = opt("", "task math: JSONL of held-out problems (default: a fixed fifth of --data)")
+    eval_data: str = opt("", "task math: JSONL of held-out problems (default: a fifth of --data)")
     n_train: int = opt(1024, "countdown RL training problems")
     n_test: int = opt(64, "held-out countdown problems, in each of the test and validation splits")
     hidden: int = opt(96, "width of the tiny model")
@@ -116,23 +106,16 @@ class Config(LossConfig):
     lr: float = opt(2e-4, "RL learning rate (AdamW, constant)")
     grad_clip: float = opt(1.0, "clip the gradient norm at this value (0 = off)")
     temperature: float = opt(1.0, "tau: responses are sampled from softmax(logits / tau)")
-    max_new_tokens: int = opt(0, "response length limit (0 = the task's: 12 countdown, "
-                                 "96 countdown-long, 1024 math)")
+    max_new_tokens: int = opt(0, "response length limit (0: 12 countdown, 96 -long, 1024 math)")
     n_eval: int = opt(256, "samples per held-out problem")
-    eval_batch: int = opt(0, "most responses sampled at once when evaluating (0 = the task's: "
-                             "4096 countdown, 64 math; docs/one_gpu.md)")
+    eval_batch: int = opt(0, "most responses sampled at once to evaluate (0: 4096, math 64)")
     eval_every: int = opt(0, "evaluate on the validation split every N RL steps (0 = at the end)")
     ks: str = opt("", "comma-separated k for Pass@k (default 1, 2, 4, ..., n_eval)")
-    micro_batch: int = opt(0, "rows per forward (old statistics, updates); gradients add up over "
-                              "the mini-batch (0 = all)")
-    head_chunk: int = opt(-1, "row-tokens per slice of the lm head: no [rows, tokens, vocab] logits "
-                              "are kept, each slice is remade in backward (0 = full logits; -1 = the "
-                              "task's: 256 math, else 0)")
-    dtype: str = opt("float32", "float32 | bfloat16: bf16 autocast over fp32 master weights "
-                                "(CPU too: docs/one_gpu.md)")
+    micro_batch: int = opt(0, "rows per forward; gradients add up over the mini-batch (0 = all)")
+    head_chunk: int = opt(-1, "row-tokens per lm-head slice (0 = full logits; -1: math 256)")
+    dtype: str = opt("float32", "float32 | bfloat16: bf16 autocast, fp32 weights (docs/one_gpu.md)")
     gradient_checkpointing: bool = opt(False, "recompute each decoder layer in the backward pass")
-    log: str = opt("", "also log every RL step to: tensorboard, wandb (comma-separated; "
-                       "log.jsonl is always written)")
+    log: str = opt("", "also log each RL step to: tensorboard, wandb (log.jsonl is always written)")
 
     def __post_init__(self):
         super().__post_init__()
@@ -152,9 +135,7 @@ class Config(LossConfig):
         return [m for m in self.methods.split(",") if m]
 
 
-# =============================================================================
-# The math: pure functions, each tested against an independent reference.
-# =============================================================================
+# ==== The math: pure functions, each tested against an independent reference.
 
 def group_advantages(rewards: Tensor, scale_by_std: bool = True, eps: float = 1e-6) -> Tensor:
     """GRPO advantage A_i = (R_i - mean_j R_j) / (std_j R_j + eps), unbiased std.
@@ -177,11 +158,7 @@ def focal_scale(rewards: Tensor, gamma: float) -> Tensor:
 
 def register(registry: dict, name: str):
     """Decorator: file a function in `registry` under `name`, the value its flag takes."""
-
-    def add(fn):
-        registry[name] = fn
-        return fn
-    return add
+    return lambda fn: registry.update({name: fn}) or fn
 
 
 # Response level. Each mode gives m_i, the expected copies of y_i in its group;
@@ -192,7 +169,7 @@ OCCURRENCES: dict[str, Callable[[Tensor, Tensor | None, list | None, list | None
 
 @register(OCCURRENCES, "sequence")
 def copies_sequence(lp: Tensor, lengths, responses, keys) -> Tensor:
-    """m_i = 1 + (G - 1) p_i, p_i = pi_old(y_i|x) = exp(sum_t log pi_old(y_it)): the paper's form."""
+    """m_i = 1 + (G - 1) p_i, p_i = pi_old(y_i|x) = exp(sum_t log pi_old(y_it)): the paper's."""
     return 1.0 + (lp.shape[1] - 1) * lp.exp()
 
 
@@ -204,9 +181,9 @@ def copies_token_mean(lp: Tensor, lengths: Tensor, responses, keys) -> Tensor:
 
 @register(OCCURRENCES, "count")
 def copies_count(lp: Tensor, lengths, responses: list, keys=None) -> Tensor:
-    """m_i = c_i, the copies of y_i in its group: identical token ids (what p_i is the probability of)."""
-    P, G = lp.shape
-    rows = [responses[p * G: (p + 1) * G] for p in range(P)]
+    """m_i = c_i, the copies of y_i in its group: identical token ids (the sequences of p_i)."""
+    G = lp.shape[1]
+    rows = [responses[i: i + G] for i in range(0, len(responses), G)]
     counts = [[row.count(y) for y in row] for row in rows]
     return torch.tensor(counts, dtype=torch.float64, device=lp.device)
 
@@ -229,10 +206,9 @@ def occurrence_weights(seq_logprobs: Tensor, mode: str = "sequence", responses: 
     """ReCo response weights w_i (no gradient), mean 1 within each group.
 
     seq_logprobs: [P, G], sum_t log pi_old(y_it). w_i = G (1/m_i) / sum_j (1/m_j), m_i from
-    OCCURRENCES[mode]. `responses` (P*G token-id lists, problem-major, or P lists of G) serve "count",
-    and "token-mean" without `lengths` [P, G]; `keys` (P*G canonical keys) serve "canonical".
-    apply="positive" keeps weight 1 wherever advantages [P, G] <= 0 (the others are still divided by
-    the whole group's mean).
+    OCCURRENCES[mode]. `responses` (P*G token-id lists, problem-major, or P lists of G) serve
+    "count", and "token-mean" without `lengths` [P, G]; `keys` (P*G canonical keys) serve
+    "canonical". apply="positive" keeps weight 1 wherever advantages [P, G] <= 0.
     """
     P, G = seq_logprobs.shape
     if mode not in OCCURRENCES or apply not in ("all", "positive"):
@@ -241,15 +217,13 @@ def occurrence_weights(seq_logprobs: Tensor, mode: str = "sequence", responses: 
         raise ValueError("apply='positive' needs advantages")
     flat = None
     if responses is not None:
-        nested = len(responses) != P * G  # P groups of G
-        flat = [tuple(r) for r in (sum(map(list, responses), []) if nested else responses)]
+        groups = responses if len(responses) == P != P * G else [responses]  # P lists of G, or one
+        flat = [tuple(r) for group in groups for r in group]
         if len(flat) != P * G:
             raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
         if lengths is None:
-            lengths = torch.tensor([len(r) for r in flat], dtype=torch.float64, device=seq_logprobs.device)
-            lengths = lengths.view(P, G)
-    needs = {"count": flat, "token-mean": lengths, "canonical": keys}
-    if mode in needs and needs[mode] is None:
+            lengths = torch.tensor([len(r) for r in flat], device=seq_logprobs.device).view(P, G)
+    if {"count": flat, "token-mean": lengths, "canonical": keys}.get(mode, 0) is None:
         raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean, "
                          "keys for canonical)")
     lengths = None if lengths is None else lengths.double()
@@ -281,30 +255,6 @@ def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
-def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256,
-                head: torch.nn.Module | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """An optimisation of the three functions above: token_logprobs, variance_stat and token_entropy,
-    the same values bit for bit, in one pass without their fp32 copies of [B, T, V]: one fp32 slice
-    of about `chunk` tokens at a time. log pi's gradient recomputes its slice in the backward pass
-    (checkpoint), so only the logits stay alive. [B,T,V],[B,T] -> 3 x [B,T]; V and H: no gradient.
-    With `head` (the lm head), `logits` are the last hidden states [B,T,H]: each slice makes its
-    logits, and the backward pass remakes them, so no [B, T, V] tensor is kept (--head-chunk)."""
-    def one_slice(z: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        z = z if head is None else head(z)
-        z = (z.double() if z.dtype == torch.float64 else z.float()) / temperature  # the one upcast
-        logp = F.log_softmax(z, dim=-1)
-        with torch.no_grad():
-            v, h = 1.0 - F.softmax(z, dim=-1).square().sum(-1), -(logp.exp() * logp).sum(-1)
-        return logp.gather(-1, y.unsqueeze(-1)).squeeze(-1), v, h
-
-    width = max(1, chunk // max(1, logits.shape[0]))
-    grad = torch.is_grad_enabled() and logits.requires_grad
-    parts = [checkpoint(one_slice, z, y, use_reentrant=False) if grad else one_slice(z, y)
-             for z, y in zip(logits.split(width, dim=1), targets.split(width, dim=1))]
-    logp, v, h = (torch.cat(t, dim=1) for t in zip(*parts))
-    return logp, v.detach(), h.detach()
-
-
 def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """Per-token k3 estimate of KL(pi || ref) on tokens sampled from pi: exp(q) - q - 1,
     q = ref_logp - logp."""
@@ -320,7 +270,7 @@ class TokenTerms:  # what a token-ratio term may use; [B, T] unless noted
     keep: Tensor  # 0 where GRPO's clipped surrogate has zero gradient, else 1
     v: Tensor | None  # V_theta(s_t)
     v_old: Tensor | None  # V_old(s_t)
-    v_old_mean: Tensor | None  # 0-d: mean V_old over the rollout batch's response tokens (all ranks)
+    v_old_mean: Tensor | None  # 0-d: mean V_old over the rollout batch's tokens (all ranks)
     select: Tensor | None = None  # 0/1 tokens of TOKEN_SELECTS[token_ratio], where registered
 
 
@@ -338,11 +288,9 @@ def importance_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, None]:
 
 @register(TOKEN_RATIOS, "variance")
 def variance_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, Tensor]:
-    """ReCo:  l_t = -rho_t A exp(logp - sg(logp)) keep_t,  rho_t = sg(min(V_theta / V_old_mean, c_max))
+    """ReCo: l_t = -rho_t A exp(logp - sg(logp)) keep_t, rho_t = sg(min(V_theta / mean V_old, cap))
 
-    Its value is -rho A and its gradient -rho A grad log pi(y_t): the scale follows how undecided
-    s_t is.
-    """
+    Value -rho A, gradient -rho A grad log pi(y_t): the scale follows how undecided s_t is."""
     rho = torch.clamp(t.v / t.v_old_mean, max=cfg.variance_cap).detach()  # [B, T]
     return -rho * t.A * torch.exp(t.logp - t.logp.detach()) * t.keep, rho
 
@@ -375,9 +323,10 @@ def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tens
     r = torch.exp(torch.clamp(logp - batch["old_logp"], -20.0, 20.0))  # [B, T]
     clipped_high, clipped_low = (r > 1 + cfg.clip_high) & (A > 0), (r < 1 - cfg.clip_low) & (A < 0)
     keep = (~(clipped_high | clipped_low)).to(logp.dtype)
-    terms = TokenTerms(logp, r, A, keep, v, batch.get("v_old"), batch.get("v_old_mean"), batch.get("select"))
+    terms = TokenTerms(logp, r, A, keep, v, batch.get("v_old"), batch.get("v_old_mean"),
+                       batch.get("select"))
     loss, rho = TOKEN_RATIOS[cfg.token_ratio](terms, cfg)
-    if cfg.dual_clip > 0:  # cap the loss of negative advantages at -C A (zero gradient where it binds)
+    if cfg.dual_clip > 0:  # cap the loss of A < 0 at -C A (zero gradient where it binds)
         loss = torch.where(A < 0, torch.min(loss, -cfg.dual_clip * A), loss)
     if batch.get("weights") is not None:
         loss = loss * batch["weights"].detach().unsqueeze(-1).to(logp.dtype)
@@ -399,9 +348,7 @@ def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tens
     return total, stats
 
 
-# =============================================================================
-# Rollouts: sample (reco_io.sample, a KV-cache sampler), decode, score.
-# =============================================================================
+# ==== Rollouts: sample (reco_io.sample, a KV-cache sampler), decode, score.
 
 def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor,
                     hidden: bool = False) -> Tensor:
@@ -440,9 +387,7 @@ def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Ge
                 texts=texts, rewards=rewards.view(len(problems), n))
 
 
-# =============================================================================
-# RL: rollout -> reward -> advantage -> old stats -> weights -> updates (design 2)
-# =============================================================================
+# ==== RL: rollout -> reward -> advantage -> old stats -> weights -> updates (design 2)
 
 @dataclass
 class Step:
@@ -469,9 +414,9 @@ class Step:
 def old_stats(cfg: Config, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
     """log pi(y_t), V(s_t) and H(s_t) of the whole rollout batch under `model` (forward_stats),
     cfg.micro_batch rows per forward."""
-    rows = torch.arange(len(seqs[2]), device=seqs[2].device)
+    rows = torch.arange(len(seqs[2]), device=seqs[2].device).split(cfg.micro_batch or len(seqs[2]))
     with torch.no_grad(), reco_io.autocast(cfg.device, cfg.dtype):
-        parts = [forward_stats(cfg, model, seqs, i) for i in rows.split(cfg.micro_batch or len(rows))]
+        parts = [forward_stats(cfg, model, seqs, i) for i in rows]
     return tuple(torch.cat(t) for t in zip(*parts))
 
 
@@ -507,22 +452,25 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         seqs = (r["prompt_ids"], r["prompt_mask"], r["resp"], r["mask"])
         old_logp, v_old, entropy = old_stats(cfg, model, seqs)  # old stats
         ref_logp = old_stats(cfg, base, seqs)[0] if base_on_device else None
-        batch_mean = loss_cfg.variance_norm == "batch"
-        v_old_mean = (v_old * mask).sum() / mask.sum() if batch_mean else torch.ones((), device=cfg.device)
+        v_old_mean = ((v_old * mask).sum() / mask.sum() if loss_cfg.variance_norm == "batch"
+                      else torch.ones((), device=cfg.device))
         responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
-        keys = task.canonical_keys(step_problems, G, r["texts"]) if loss_cfg.occurrence == "canonical" else None
-        w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), loss_cfg.occurrence, responses,  # weights
-                               mask.sum(-1).view(P, G), A.view(P, G), loss_cfg.occurrence_apply, keys).flatten()
-        this = Step(step_problems, G, r["texts"], r["resp"], mask, responses, r["rewards"], A, old_logp,
-                    v_old, v_old_mean, entropy, w, loss_cfg, task, tokenizer)
-        select = TOKEN_SELECTS[loss_cfg.token_ratio](this) if loss_cfg.token_ratio in TOKEN_SELECTS else None
+        canonical = loss_cfg.occurrence == "canonical"
+        keys = task.canonical_keys(step_problems, G, r["texts"]) if canonical else None
+        w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), loss_cfg.occurrence,  # weights
+                               responses, mask.sum(-1).view(P, G), A.view(P, G),
+                               loss_cfg.occurrence_apply, keys).flatten()
+        this = Step(step_problems, G, r["texts"], r["resp"], mask, responses, r["rewards"], A,
+                    old_logp, v_old, v_old_mean, entropy, w, loss_cfg, task, tokenizer)
+        selects = TOKEN_SELECTS.get(loss_cfg.token_ratio)
         diagnostics = on_step(this) if on_step else {}
-        batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old, ref_logp=ref_logp,
-                     select=select)
-        stats, t2 = {}, time.time()  # stats: name -> one value per update (policy_loss's: per micro-batch)
-        with reco_io.training(model, cfg.gradient_checkpointing):  # updates
+        batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old,
+                     ref_logp=ref_logp, select=selects(this) if selects else None)
+        stats, t2 = {}, time.time()  # name -> one value per update (policy_loss's: per micro-batch)
+        with reco_io.training(model, cfg.gradient_checkpointing):  # the updates
             for _ in range(cfg.epochs):
-                for idx in torch.randperm(P * G, generator=gen, device=cfg.device).chunk(cfg.minibatches):
+                order = torch.randperm(P * G, generator=gen, device=cfg.device)
+                for idx in order.chunk(cfg.minibatches):
                     optimizer.zero_grad()
                     loss = 0.0
                     for mic in idx.split(cfg.micro_batch or len(idx)):  # gradients add up
@@ -535,27 +483,32 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                         loss += part.item()
                         for k, x in s.items():
                             stats.setdefault(k, []).append(float(x))
-                    params = model.parameters()
-                    grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip or math.inf).item()
-                    if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # before the weights go bad
-                        kept = f"last good checkpoint kept at {ckpt}" if ckpt.exists() else "no checkpoint yet"
-                        sys.exit(f"error: non-finite loss or gradient in {method} at step {step}; {kept}")
+                    clip = cfg.grad_clip or math.inf
+                    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
+                    if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # keep good weights
+                        kept = (f"last good checkpoint kept at {ckpt}" if ckpt.exists()
+                                else "no checkpoint yet")
+                        sys.exit(f"error: non-finite loss or gradient in {method} at step {step}; "
+                                 f"{kept}")
                     optimizer.step()
                     stats.setdefault("grad_norm", []).append(grad_norm)
                     stats.setdefault("loss", []).append(loss)
         if (step + 1) % 10 == 0 or step + 1 == cfg.steps:
             reco_io.save_atomic(model.state_dict(), ckpt)
         tokens = mask.sum()
-        kl_base = {"kl_base": ((k3(old_logp, ref_logp) * mask).sum() / tokens).item()} if base_on_device else {}
+        kl = ({"kl_base": ((k3(old_logp, ref_logp) * mask).sum() / tokens).item()}
+              if base_on_device else {})
         log.log({"step": step, "reward_mean": r["rewards"].mean().item(),
                  "pass_rate": (r["rewards"].max(1).values > 0).float().mean().item(),
-                 "adv_abs_mean": A.abs().mean().item(), "w_min": w.min().item(), "w_mean": w.mean().item(),
-                 "w_max": w.max().item(), "v_old_mean": float(v_old_mean),
-                 "entropy": ((entropy * mask).sum() / tokens).item(), **kl_base,
+                 "adv_abs_mean": A.abs().mean().item(), "w_min": w.min().item(),
+                 "w_mean": w.mean().item(), "w_max": w.max().item(),
+                 "v_old_mean": float(v_old_mean),
+                 "entropy": ((entropy * mask).sum() / tokens).item(), **kl,
                  "response_length": mask.sum(-1).mean().item(), **diagnostics,
                  **{k: sum(v) / len(v) for k, v in stats.items()},
                  **{k: max(v) for k, v in stats.items() if k.endswith("_max")},
-                 "time_rollout": t1 - t0, "time_old_stats": t2 - t1, "time_update": time.time() - t2})
+                 "time_rollout": t1 - t0, "time_old_stats": t2 - t1,
+                 "time_update": time.time() - t2})
         if trajectory and (step + 1) % cfg.eval_every == 0:
             result = evaluate(cfg, model, tokenizer, eval_problems, f"step {step + 1}")
             trajectory.write(json.dumps({"step": step + 1, **result}) + "\n")
@@ -564,9 +517,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
     return model
 
 
-# =============================================================================
-# Evaluation: n samples per held-out problem -> unbiased Pass@k (design 3.5)
-# =============================================================================
+# ==== Evaluation: n samples per held-out problem -> unbiased Pass@k (design 3.5)
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased Pass@k from n samples with c correct (Chen et al. 2021).
@@ -598,24 +549,24 @@ def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
     counts, distinct, forms = [], [], []
     for i in tqdm(range(0, len(problems), per_call), desc=f"eval {desc}", leave=False):
         group = problems[i: i + per_call]
-        parts = [rollout(cfg, model, tokenizer, group, min(rows, n - s), gen) for s in range(0, n, rows)]
-        for j, problem in enumerate(group):  # each part: [len(group), m] rewards, texts problem-major
-            correct = [t for r in parts for t, good in
-                       zip(r["texts"][j * r["rewards"].shape[1]:], r["rewards"][j].bool().tolist()) if good]
+        parts = [rollout(cfg, model, tokenizer, group, min(rows, n - s), gen)
+                 for s in range(0, n, rows)]  # each: [len(group), m] rewards, problem-major texts
+        for j, problem in enumerate(group):
+            correct = [t for r in parts for t, good in zip(r["texts"][j * r["rewards"].shape[1]:],
+                                                          r["rewards"][j].bool().tolist()) if good]
             counts.append(len(correct))
             distinct.append(len(set(correct)))
             forms.append(task.forms(problem, correct))
     ks = [int(k) for k in cfg.ks.split(",")] if cfg.ks else default_ks(n)
-    return {"pass_at_k": {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks},
+    curve = {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
+    return {"pass_at_k": curve,
             "mean_accuracy": sum(counts) / (n * len(counts)),
             "distinct_correct": sum(distinct) / len(distinct),
             "solved_any": sum(c > 0 for c in counts) / len(counts), "counts": counts,
             **({"forms": forms} if forms and None not in forms else {})}
 
 
-# =============================================================================
-# main: build or load the base, train each method from it, evaluate them all.
-# =============================================================================
+# ==== main: build or load the base, train each method from it, evaluate them all.
 
 QUICK = dict(n_train=64, n_test=16, hidden=64, layers=2, sft_steps=300, sft_batch=128, steps=4,
              prompts_per_step=8, n_eval=32)
@@ -633,15 +584,18 @@ def main(argv: list[str] | None = None) -> dict:
     out, start, task = Path(cfg.out), time.time(), TASKS[cfg.task]
     out.mkdir(parents=True, exist_ok=True)
     splits = task.splits(cfg)
-    tokenizer, base = reco_io.load_hf(cfg.model, cfg.device) if cfg.model else task.tiny_base(cfg, splits)
+    tokenizer, base = (reco_io.load_hf(cfg.model, cfg.device) if cfg.model
+                       else task.tiny_base(cfg, splits))
     base.requires_grad_(False)
-    results = {"config": asdict(cfg), "methods": {"base": evaluate(cfg, base, tokenizer, splits["test"], "base")}}
-    base.to(cfg.device if cfg.kl_coef > 0 else "cpu")  # the device only for the KL term (docs/one_gpu.md)
+    results = {"config": asdict(cfg),
+               "methods": {"base": evaluate(cfg, base, tokenizer, splits["test"], "base")}}
+    base.to(cfg.device if cfg.kl_coef > 0 else "cpu")  # on the device for the KL term only
     for method in cfg.method_list:
         (out / method).mkdir(exist_ok=True)
         torch.manual_seed(cfg.seed)
         model = copy.deepcopy(base).to(cfg.device).requires_grad_(True)
-        train_rl(cfg, method, model, base, tokenizer, splits["train"], out / method, splits.get("val"))
+        train_rl(cfg, method, model, base, tokenizer, splits["train"], out / method,
+                 splits.get("val"))
         results["methods"][method] = evaluate(cfg, model, tokenizer, splits["test"], method)
     results["wall_time_s"] = round(time.time() - start, 1)
     reco_io.write_results(results, out)  # results.json, the Pass@k table and plot

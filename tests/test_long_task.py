@@ -182,7 +182,8 @@ def test_eval_seed_default_is_seed_plus_one():
     cfg = rm.Config(seed=5, eval_seed=7, n_eval=8, max_new_tokens=4)
     gen = torch.Generator().manual_seed(7)
     texts = rm.rollout(cfg, model, tok, problems, 8, gen)["texts"]  # the stream --eval-seed 7 names
-    assert run[7]["counts"] == [sum(TASKS["countdown"].reward(p, t) > 0 for t in texts[i * 8: (i + 1) * 8]) for i, p in enumerate(problems)]
+    reward = TASKS["countdown"].reward
+    assert run[7]["counts"] == [sum(reward(p, t) > 0 for t in texts[i * 8: (i + 1) * 8]) for i, p in enumerate(problems)]
 
 
 def test_countdown_long_config_and_tokenizer():
