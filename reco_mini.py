@@ -427,7 +427,8 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
     serves the KL term and kl_base when it is on the model's device. `on_step(step)`, if given, is
     called once per step before the updates; its dict joins the step's log row (the studies'
     diagnostics: experiments/diagnostics.py)."""
-    loss_cfg, task = loss_config(cfg, method), TASKS[cfg.task]
+    loss_cfg = loss_config(cfg, method)
+    task = TASKS[cfg.task]
     rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     P, G = cfg.prompts_per_step, cfg.group_size
@@ -446,7 +447,8 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         step_problems = rng.sample(problems, P)
         r = rollout(cfg, model, tokenizer, step_problems, G, gen)  # rollout -> reward
         A = group_advantages(r["rewards"], scale_by_std=not cfg.no_std)  # advantage
-        A = (A * focal_scale(r["rewards"], loss_cfg.focal_gamma)[:, None]).flatten().to(cfg.device)
+        A = A * focal_scale(r["rewards"], loss_cfg.focal_gamma)[:, None]  # F-GRPO (gamma 0: 1)
+        A = A.flatten().to(cfg.device)  # [P*G]
         t1 = time.time()
         mask = r["mask"].float()
         seqs = (r["prompt_ids"], r["prompt_mask"], r["resp"], r["mask"])
