@@ -333,28 +333,17 @@ def form_counts(problem, correct: list[str]) -> list[int]:
     return [found.count(f) for f in range(len(FORMS))] + [found.count(None)]
 
 
-def response_key(problem, text: str) -> str:
-    """The canonical key of a response for OCCURRENCES["canonical"]: countdown, the scored expression up to
-    commutation of + and * and redundant parentheses; math, the normalised last \\boxed answer. A response
-    without one keys on its own text, so it only matches exact copies."""
-    if isinstance(problem, Problem):
-        canonical = expression_shape(answer_text(problem, text), keep_numbers=True)
-        return f"expr:{canonical}" if canonical is not None else f"text:{text}"
-    from reco_grader import _last_boxed, _normalize
-
-    boxed = _last_boxed(text)
-    return f"answer:{_normalize(boxed)[0]}" if boxed is not None else f"text:{text}"
+def response_key(problem: Problem, text: str) -> str:
+    """The canonical key of a response for OCCURRENCES["canonical"]: the scored expression up to commutation of + and *
+    and redundant parentheses. A response without one keys on its own text, so it only matches exact copies."""
+    canonical = expression_shape(answer_text(problem, text), keep_numbers=True)
+    return f"expr:{canonical}" if canonical is not None else f"text:{text}"
 
 
-def annotate(problems: list, group_size: int, texts: list[str], resp: torch.Tensor, mask: torch.Tensor,
-             tokenizer) -> tuple[list[str], list[list[str]] | None]:
-    """Per response (problem-major, group_size each): its canonical key and, for countdown-long, the class of each
-    response token (TOKEN_CLASSES; the closing <eos> is determined; every token of a response outside the grammar,
-    or with a special token inside, is other). Other tasks have no token labels (None)."""
-    flat = [p for p in problems for _ in range(group_size)]
-    keys = [response_key(p, t) for p, t in zip(flat, texts)]
-    if not isinstance(problems[0], LongProblem):
-        return keys, None
+def token_labels(resp: torch.Tensor, mask: torch.Tensor, tokenizer) -> list[list[str]]:
+    """Per countdown-long response (resp, mask: [B, T]), the class of each response token (TOKEN_CLASSES): the
+    closing <eos> is determined; every token of a response outside the grammar, or with a special token inside, is
+    other."""
     labels = []
     for row, n in zip(resp.tolist(), mask.sum(-1).tolist()):
         tokens = tokenizer.convert_ids_to_tokens(row[: int(n)])
@@ -362,13 +351,7 @@ def annotate(problems: list, group_size: int, texts: list[str], resp: torch.Tens
         body = tokens[:-1] if eos else tokens
         own = long_labels("".join(body)) if all(len(t) == 1 for t in body) else None
         labels.append(own + ["determined"] * eos if own is not None else ["other"] * len(tokens))
-    return keys, labels
-
-
-def token_labels(problems: list, group_size: int, texts: list[str], resp: torch.Tensor, mask: torch.Tensor,
-                 tokenizer) -> list[list[str]] | None:
-    """The task interface's token labels (reco_mini.Step.task.token_labels): annotate's labels, None without any."""
-    return annotate(problems, group_size, texts, resp, mask, tokenizer)[1]
+    return labels
 
 
 def duplicate_rate(groups: list[list]) -> float:
@@ -399,50 +382,4 @@ def _form_exprs(problem: Problem) -> dict[int, str]:
             expr = form.format(a=a, b=b, c=c)
             if f not in out and countdown_value(expr) == problem.target:
                 out[f] = expr
-    return out
-
-
-# =============================================================================
-# Per-step diagnostics, logged for every method (reco_mini.train_rl)
-# =============================================================================
-
-@torch.no_grad()
-def step_diagnostics(weights_fn, modes: list[str], old_logp: torch.Tensor, mask: torch.Tensor, responses: list,
-                     keys: list, labels: list[list[str]] | None, advantages: torch.Tensor, weights: torch.Tensor,
-                     v_old: torch.Tensor, v_old_mean: torch.Tensor, loss_cfg) -> dict[str, float | None]:
-    """Cheap statistics of one rollout batch, whatever the method uses:
-
-      w_dev_<mode>        max_i |w_i - 1| of every occurrence mode (apply = all; "-" written "_"), weights_fn =
-                          reco_mini.occurrence_weights
-      dup_exact           share of responses repeating an earlier one of their group (token ids); dup_canonical: keys
-      v_old_<class>       mean V_old over the response tokens of each TOKEN_CLASSES class
-      share_<class>       the class's share of sum_t |w_i rho_t A_i| over response tokens
-      tokens_other        share of response tokens that are other (a response outside the task's grammar, or no labels)
-
-    The update share is computed from the on-policy quantities at rollout time: the importance ratio r = 1, the keep
-    mask 1 and rho_t = min(V_old(s_t) / mean V_old, c_max) for the variance ratios, 1 for "is" (GRPO: sum |w r A|
-    with w = 1); w_i is the method's own response weight. old_logp, mask, v_old: [B, T]; advantages [P, G]; weights [B].
-    """
-    P, G = advantages.shape
-    seq_logp, lengths = (old_logp * mask).sum(-1).view(P, G), mask.sum(-1).view(P, G)
-    out: dict[str, float | None] = {}
-    for mode in modes:
-        w = weights_fn(seq_logp, mode, responses, lengths, advantages, "all", keys)
-        out[f"w_dev_{mode.replace('-', '_')}"] = (w.double() - 1).abs().max().item()
-    out["dup_exact"] = duplicate_rate([[tuple(r) for r in responses[p * G: (p + 1) * G]] for p in range(P)])
-    out["dup_canonical"] = duplicate_rate([keys[p * G: (p + 1) * G] for p in range(P)])
-    cls = torch.full(mask.shape, TOKEN_CLASSES.index("other"), dtype=torch.long, device=mask.device)
-    for i, row in enumerate(labels or []):
-        cls[i, : len(row)] = torch.tensor([TOKEN_CLASSES.index(x) for x in row], dtype=torch.long, device=mask.device)
-    if loss_cfg.token_ratio == "is":
-        rho = torch.ones_like(v_old)
-    else:
-        rho = torch.clamp(v_old / v_old_mean, max=loss_cfg.variance_cap)
-    size = (weights.view(-1, 1) * rho * advantages.reshape(-1, 1)).abs() * mask  # [B, T]
-    total, live = size.sum(), mask > 0
-    for k, name in enumerate(TOKEN_CLASSES):
-        sel = live & (cls == k)
-        out[f"v_old_{name}"] = v_old[sel].mean().item() if sel.any() else None
-        out[f"share_{name}"] = (size[sel].sum() / total).item() if total > 0 else None
-    out["tokens_other"] = ((live & (cls == TOKEN_CLASSES.index("other"))).sum() / live.sum().clamp(min=1)).item()
     return out

@@ -1,9 +1,10 @@
 """reco_io.py: the plumbing of reco_mini.py, kept out of the file that teaches the method.
 
 The command line (a flag and its help for every config field; one-line errors, exit code 2), the math task's
-files and model (loaded with one-line errors), the KV-cache sampler, the precision and gradient-checkpointing
-switches of reco_mini's forwards, atomic checkpoint writes, and the Pass@k table and plot, which reco_scaled's
-evaluation uses too. Nothing here imports reco_mini: it is handed what it needs.
+files and model (loaded with one-line errors), the KV-cache sampler and its stop tokens, the memory-saving
+token_stats, the precision and gradient-checkpointing switches of reco_mini's forwards, atomic checkpoint writes,
+and the Pass@k table and plot, which reco_scaled's evaluation uses too. Nothing here imports reco_mini: it is handed
+what it needs.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from typing import NoReturn
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 PROG = "reco_mini.py"
 
@@ -54,7 +56,7 @@ def loss_checks(cfg, occurrences: list[str], token_ratios: list[str]) -> list[tu
     ]
 
 
-def run_checks(cfg, methods: list[str]) -> list[tuple[str, bool, str]]:
+def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, bool, str]]:
     """reco_mini.Config's checks of the run's own settings (task, files, sizes, flags): (field, ok, message)."""
     import reco_log
     from reco_data import missing_file
@@ -63,7 +65,7 @@ def run_checks(cfg, methods: list[str]) -> list[tuple[str, bool, str]]:
     return [
         ("methods", all(m in methods for m in cfg.method_list),
          f"must be a comma-separated subset of {list(methods)}"),
-        ("task", cfg.task in ("countdown", "countdown-long", "math"), "must be countdown, countdown-long or math"),
+        ("task", cfg.task in tasks, f"must be one of {', '.join(tasks)}"),
         ("task", cfg.task != "math" or bool(cfg.model and cfg.data), "math needs --model and --data"),
         ("data", not missing_file(cfg.data), f"{cfg.data}: no such file"),  # a dataset name is checked when loaded
         ("eval_data", not missing_file(cfg.eval_data), f"{cfg.eval_data}: no such file"),
@@ -172,6 +174,25 @@ def load_hf(name_or_path: str, device: str):
     return tokenizer, model
 
 
+def stop_token_ids(tokenizer, template: str | None, generation_config=None) -> list[int]:
+    """Tokens that end a response: the tokenizer's EOS, the EOS ids of the model's generation config and, for the
+    qwen-boxed or a chat template, ``<|im_end|>`` (a Qwen base model's EOS is ``<|endoftext|>``, but it closes the
+    chat turn with ``<|im_end|>`` and may then keep writing, and a later ``\\boxed{}`` would be graded).
+    `template` None (no prompt template, e.g. countdown): none. reco_mini's math task and reco_scaled's engines."""
+    if template is None:
+        return []
+    eos = getattr(generation_config, "eos_token_id", None)
+    stop = [tokenizer.eos_token_id] + (eos if isinstance(eos, list) else [eos])
+    if template in ("qwen-boxed", "chat") and "<|im_end|>" in tokenizer.get_vocab():
+        stop.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    return list(dict.fromkeys(t for t in stop if t is not None))
+
+
+def has_bos(text: str, tokenizer) -> bool:
+    """Chat templates (Llama 3) already write the BOS token; the tokenizer must not add a second."""
+    return bool(tokenizer.bos_token) and text.startswith(tokenizer.bos_token)
+
+
 @torch.no_grad()
 def check_lm_head(model) -> None:
     """--head-chunk makes the logits as lm_head(decoder's last hidden state): refuse a model whose forward does more
@@ -190,11 +211,13 @@ def check_lm_head(model) -> None:
 
 @torch.no_grad()
 def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, temperature: float,
-           eos_id: int, pad_id: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+           stop_ids: int | list[int], pad_id: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """Sample from softmax(logits/tau) token by token, reusing the KV cache. prompt_ids, prompt_mask: [B, L]
-    left-padded -> responses [B, T], mask [B, T] (1 up to and including <eos>; later positions hold pad_id)."""
+    left-padded -> responses [B, T], mask [B, T] (1 up to and including the first of `stop_ids`, the EOS and any
+    other token that ends a response (stop_token_ids); later positions hold pad_id)."""
     from transformers import DynamicCache
 
+    stop = torch.tensor(stop_ids, device=prompt_ids.device).view(-1)
     cache, attn = DynamicCache(), prompt_mask
     pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L]
     logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
@@ -205,7 +228,7 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, 
         nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [B]
         alive.append(~done)
         tokens.append(torch.where(done, pad_id, nxt))
-        done = done | (nxt == eos_id)
+        done = done | torch.isin(nxt, stop)
         if done.all():
             break
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
@@ -213,6 +236,30 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, 
         logits = model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=pos,
                        past_key_values=cache).logits[:, -1]
     return torch.stack(tokens, 1), torch.stack(alive, 1).long()
+
+
+def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256,
+                head: torch.nn.Module | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """An optimisation of reco_mini's token_logprobs, variance_stat and token_entropy: the same values bit for bit
+    (tests/test_mini_token_stats.py), in one pass without their fp32 copies of [B, T, V]: one fp32 slice of about
+    `chunk` tokens at a time. log pi's gradient recomputes its slice in the backward pass (checkpoint), so only the
+    logits stay alive. [B,T,V],[B,T] -> 3 x [B,T]; V and H: no gradient. With `head` (the lm head), `logits` are the
+    last hidden states [B,T,H]: each slice makes its logits, and the backward pass remakes them, so no [B, T, V]
+    tensor is kept (--head-chunk)."""
+    def one_slice(z: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        z = z if head is None else head(z)
+        z = (z.double() if z.dtype == torch.float64 else z.float()) / temperature  # the one upcast
+        logp = F.log_softmax(z, dim=-1)
+        with torch.no_grad():
+            v, h = 1.0 - F.softmax(z, dim=-1).square().sum(-1), -(logp.exp() * logp).sum(-1)
+        return logp.gather(-1, y.unsqueeze(-1)).squeeze(-1), v, h
+
+    width = max(1, chunk // max(1, logits.shape[0]))
+    grad = torch.is_grad_enabled() and logits.requires_grad
+    parts = [checkpoint(one_slice, z, y, use_reentrant=False) if grad else one_slice(z, y)
+             for z, y in zip(logits.split(width, dim=1), targets.split(width, dim=1))]
+    logp, v, h = (torch.cat(t, dim=1) for t in zip(*parts))
+    return logp, v.detach(), h.detach()
 
 
 def autocast(device: str, dtype: str) -> torch.autocast:

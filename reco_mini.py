@@ -1,28 +1,17 @@
 """reco_mini.py: GRPO and ReCo (arXiv 2607.26862) end to end, the method in one readable file.
 
-The baseline is GRPO with verl's defaults: G samples per prompt, group-relative
-advantages, a PPO-clipped token surrogate, several mini-batch updates per
-rollout, `token-mean` loss aggregation and no KL. ReCo changes two terms:
-
-  1. Response level: each response's loss is multiplied by w_i, the inverse of
-     its expected number of copies in the group, m_i = 1 + (G-1) pi_old(y_i|x),
-     normalised to mean 1 over the group (`occurrence_weights`).
-  2. Token level: the importance ratio r_t = pi_theta/pi_old is replaced by the
-     variance ratio rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)), where
-     V(s) = 1 - sum_v pi(v|s)^2, inside GRPO's trust region (`variance_ratio`).
-
-Deviations from the paper's text, each a flag (docs/design.md section 5):
-  1. `--occurrence {sequence,token-mean,count,canonical,none}`, `--occurrence-apply
-     {all,positive}`: alternatives to the exact expected-occurrence weight.
-  2. `--token-ratio variance-old`: the clipped surrogate scaled by
-     sg(min(V_old/mean V_old, c_max)); equal to `variance` on policy.
-  3. `--variance-cap 10` caps rho; `--variance-norm none` drops the batch mean.
-  4. The default task is a small Countdown (reco_countdown.py) with a tiny
-     transformer, not math with a 1.5B-8B model (`--task math --model M`).
-A published peer runs on the same code: `--method f-grpo` (F-GRPO, arXiv
-2602.06717), i.e. `--focal-gamma`, which also combines with any method.
-A loss variant is one registered function and a flag: see TOKEN_RATIOS and
-OCCURRENCES. Run `python reco_mini.py` for base vs GRPO vs ReCo on a CPU.
+GRPO with verl's defaults: G samples per prompt, group-relative advantages, a PPO-clipped token
+surrogate, several mini-batch updates per rollout, token-mean aggregation, no KL. ReCo changes two
+terms:
+  1. Response level: each response's loss is multiplied by w_i, the inverse of its expected number
+     of copies in the group, m_i = 1 + (G-1) pi_old(y_i|x), normalised to mean 1 in the group.
+  2. Token level: the importance ratio r_t = pi_theta/pi_old is replaced by the variance ratio
+     rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)), V(s) = 1 - sum_v pi(v|s)^2.
+This project's choices, each a flag (docs/design.md section 5): the batch mean V_old, the cap c_max,
+other weights (`--occurrence`), `--token-ratio variance-old`, and the task: a small Countdown with a
+tiny transformer (reco_task.py), or math with a 1.5B-8B model (`--task math --model M`). F-GRPO
+(arXiv 2602.06717) runs on the same code: `--method f-grpo`. A loss variant is one registered
+function and a flag (TOKEN_RATIOS, OCCURRENCES). `python reco_mini.py`: base, GRPO, ReCo on a CPU.
 """
 from __future__ import annotations
 
@@ -39,15 +28,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 from tqdm.auto import tqdm
 
-import reco_countdown  # the task: labels, canonical keys and per-step diagnostics of countdown-long
-import reco_io  # plumbing: command line, files, model loading, precision, table and plot
+import reco_io  # plumbing: command line, files, models, the sampler, precision, table and plot
 import reco_log  # log.jsonl, and TensorBoard / W&B on request
-from reco_countdown import Problem, char_tokenizer, countdown_reward, load_base, make_splits
-from reco_grader import grade_answer  # math answers: safe parser + sympy, time-bounded
-from reco_io import ConfigError, opt, sample  # a flag's error and help text; the KV-cache sampler
+from reco_io import ConfigError, opt, token_stats  # token_stats: the memory-saving path (below)
+from reco_task import TASKS  # the problems: splits, prompt, reward, canonical keys, token labels
 
 METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
     "grpo": ("none", "is", 0.0),
@@ -61,11 +47,10 @@ METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
 @dataclass
 class LossConfig:
     """The policy-loss settings, shared with reco_scaled (its `algo` section)."""
-    occurrence: str = opt("", "response weight: sequence | token-mean | count | canonical | none ('' = the method's)")
-    occurrence_apply: str = opt("all", "weigh all responses, or only those with A > 0: all | positive")
+    occurrence: str = opt("", "response weight: sequence | token-mean | count | canonical | none")
+    occurrence_apply: str = opt("all", "weigh all responses, or those with A > 0: all | positive")
     token_ratio: str = opt("", "token term: is | variance | variance-old ('' = the method's)")
-    focal_gamma: float | None = opt(None, "F-GRPO: scale advantages by (1 - group success rate)^gamma "
-                                          "(default: the method's, 1 for f-grpo and 0 otherwise)")
+    focal_gamma: float | None = opt(None, "F-GRPO: A *= (1 - group success rate)^gamma")
     variance_cap: float = opt(10.0, "c_max, the cap on rho = V / mean V_old")
     variance_norm: str = opt("batch", "divide V by its rollout-batch mean: batch | none")
     clip_low: float = opt(0.2, "eps_low of the PPO clip")
@@ -80,16 +65,17 @@ class LossConfig:
             if not ok:
                 raise ConfigError(name, message)
 
-    def checks(self) -> list[tuple[str, bool, str]]:
-        return reco_io.loss_checks(self, list(OCCURRENCES), list(TOKEN_RATIOS))  # (field, ok, message)
+    def checks(self) -> list[tuple[str, bool, str]]:  # (field, ok, message)
+        return reco_io.loss_checks(self, list(OCCURRENCES), list(TOKEN_RATIOS))
 
 
 def loss_config(cfg: LossConfig, method: str) -> LossConfig:
     """The loss settings of `method`, with every flag that was set on top."""
     occurrence, token_ratio, gamma = METHODS[method]
     own = {f.name: getattr(cfg, f.name) for f in fields(LossConfig)}
-    return LossConfig(**own | {"occurrence": cfg.occurrence or occurrence, "token_ratio": cfg.token_ratio or token_ratio,
-                               "focal_gamma": gamma if cfg.focal_gamma is None else cfg.focal_gamma})
+    gamma = gamma if cfg.focal_gamma is None else cfg.focal_gamma
+    return LossConfig(**own | {"occurrence": cfg.occurrence or occurrence,
+                               "token_ratio": cfg.token_ratio or token_ratio, "focal_gamma": gamma})
 
 
 @dataclass
@@ -101,10 +87,10 @@ class Config(LossConfig):
     device: str = opt("auto", "cpu | cuda | auto")
     out: str = opt("", "output directory (default runs/default, or runs/quick with --quick)")
     quick: bool = opt(False, "a tiny budget for a smoke test of about a minute")
-    task: str = opt("countdown", "countdown | countdown-long (built in) | math (needs --model and --data)")
-    model: str = opt("", "Hugging Face model name or directory (default: the tiny model built here)")
+    task: str = opt("countdown", f"{' | '.join(TASKS)} (math needs --model and --data)")
+    model: str = opt("", "Hugging Face model name or directory (default: a tiny model built here)")
     data: str = opt("", "task math: JSONL of problems with 'problem' and 'answer'")
-    eval_data: str = opt("", "task math: JSONL of held-out problems (default: a fixed fifth of --data)")
+    eval_data: str = opt("", "task math: JSONL of held-out problems (default: a fifth of --data)")
     n_train: int = opt(1024, "countdown RL training problems")
     n_test: int = opt(64, "held-out countdown problems, in each of the test and validation splits")
     hidden: int = opt(96, "width of the tiny model")
@@ -120,39 +106,420 @@ class Config(LossConfig):
     lr: float = opt(2e-4, "RL learning rate (AdamW, constant)")
     grad_clip: float = opt(1.0, "clip the gradient norm at this value (0 = off)")
     temperature: float = opt(1.0, "tau: responses are sampled from softmax(logits / tau)")
-    max_new_tokens: int = opt(0, "response length limit (default 12 for countdown, 96 countdown-long, 1024 math)")
+    max_new_tokens: int = opt(0, "response length limit (0: 12 countdown, 96 -long, 1024 math)")
     n_eval: int = opt(256, "samples per held-out problem")
-    eval_batch: int = opt(0, "sequences sampled at once when evaluating (default 4096 countdown, 64 math: docs/one_gpu.md)")
-    eval_every: int = opt(0, "evaluate on the validation split every N RL steps (0 = only at the end)")
+    eval_batch: int = opt(0, "most responses sampled at once to evaluate (0: 4096, math 64)")
+    eval_every: int = opt(0, "evaluate on the validation split every N RL steps (0 = at the end)")
     ks: str = opt("", "comma-separated k for Pass@k (default 1, 2, 4, ..., n_eval)")
-    micro_batch: int = opt(0, "rows per forward (old statistics, updates); gradients add up over the mini-batch (0 = all)")
-    head_chunk: int = opt(-1, "row-tokens per slice of the lm head: no [rows, tokens, vocab] logits are kept, each slice "
-                              "is remade in backward (0 = full logits; -1 = 256 for --task math, else 0)")
-    dtype: str = opt("float32", "float32 | bfloat16: bf16 autocast over fp32 master weights (CPU too: docs/one_gpu.md)")
-    gradient_checkpointing: bool = opt(False, "recompute each decoder layer's activations in the backward pass")
-    log: str = opt("", "also log every RL step to: tensorboard, wandb (comma-separated; log.jsonl is always written)")
+    micro_batch: int = opt(0, "rows per forward; gradients add up over the mini-batch (0 = all)")
+    head_chunk: int = opt(-1, "row-tokens per lm-head slice (0 = full logits; -1: math 256)")
+    dtype: str = opt("float32", "float32 | bfloat16: bf16 autocast, fp32 weights (docs/one_gpu.md)")
+    gradient_checkpointing: bool = opt(False, "recompute each decoder layer in the backward pass")
+    log: str = opt("", "also log each RL step to: tensorboard, wandb (log.jsonl is always written)")
 
     def __post_init__(self):
         super().__post_init__()
-        lengths = {"countdown": 12, "countdown-long": reco_countdown.LONG_MAX_NEW_TOKENS}
-        self.max_new_tokens = self.max_new_tokens or lengths.get(self.task, 1024)
+        task = TASKS[self.task]
+        self.max_new_tokens = self.max_new_tokens or task.max_new_tokens
         self.out = self.out or ("runs/quick" if self.quick else "runs/default")
-        self.eval_batch = self.eval_batch or (64 if self.task == "math" else 4096)
-        self.head_chunk = (256 if self.task == "math" else 0) if self.head_chunk < 0 else self.head_chunk
+        self.eval_batch = self.eval_batch or task.eval_batch
+        self.head_chunk = task.head_chunk if self.head_chunk < 0 else self.head_chunk
         if self.device == "auto":
             self.device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    def checks(self) -> list[tuple[str, bool, str]]:
-        return super().checks() + reco_io.run_checks(self, list(METHODS))  # the run's: task, files, sizes, flags
+    def checks(self) -> list[tuple[str, bool, str]]:  # and the run's: task, files, sizes, flags
+        return super().checks() + reco_io.run_checks(self, list(METHODS), list(TASKS))
 
     @property
     def method_list(self) -> list[str]:
         return [m for m in self.methods.split(",") if m]
 
 
-# =============================================================================
-# The math: pure functions, each tested against an independent reference.
-# =============================================================================
+# ==== The math: pure functions, each tested against an independent reference.
+
+def group_advantages(rewards: Tensor, scale_by_std: bool = True, eps: float = 1e-6) -> Tensor:
+    """GRPO advantage A_i = (R_i - mean_j R_j) / (std_j R_j + eps), unbiased std.
+
+    rewards: [P, G] -> advantages [P, G]. Equal rewards give A = 0 exactly.
+    """
+    centred = rewards - rewards.mean(dim=1, keepdim=True)  # [P, G]
+    if not scale_by_std:
+        return centred  # Dr.GRPO
+    return centred / (rewards.std(dim=1, keepdim=True, unbiased=True) + eps)
+
+
+def focal_scale(rewards: Tensor, gamma: float) -> Tensor:
+    """F-GRPO's scale of a group's advantages, (1 - mu)^gamma, mu = its fraction of rewards > 0.
+
+    [P, G] -> [P]"""
+    mu = (rewards > 0).to(rewards.dtype).mean(dim=1)  # [P]
+    return (1.0 - mu) ** gamma
+
+
+def register(registry: dict, name: str):
+    """Decorator: file a function in `registry` under `name`, the value its flag takes."""
+    return lambda fn: registry.update({name: fn}) or fn
+
+
+# Response level. Each mode gives m_i, the expected copies of y_i in its group;
+# w_i = G (1/m_i) / sum_j (1/m_j). Signature: (seq_logprobs [P, G] float64, lengths [P, G] float64
+# | None, responses: P*G tuples | None, keys: P*G canonical keys | None) -> m [P, G]
+OCCURRENCES: dict[str, Callable[[Tensor, Tensor | None, list | None, list | None], Tensor]] = {}
+
+
+@register(OCCURRENCES, "sequence")
+def copies_sequence(lp: Tensor, lengths, responses, keys) -> Tensor:
+    """m_i = 1 + (G - 1) p_i, p_i = pi_old(y_i|x) = exp(sum_t log pi_old(y_it)): the paper's."""
+    return 1.0 + (lp.shape[1] - 1) * lp.exp()
+
+
+@register(OCCURRENCES, "token-mean")
+def copies_token_mean(lp: Tensor, lengths: Tensor, responses, keys) -> Tensor:
+    """m_i with p_i = exp(mean_t log pi_old(y_it)), the geometric-mean token probability."""
+    return 1.0 + (lp.shape[1] - 1) * (lp / lengths.clamp(min=1)).exp()
+
+
+@register(OCCURRENCES, "count")
+def copies_count(lp: Tensor, lengths, responses: list, keys=None) -> Tensor:
+    """m_i = c_i, the copies of y_i in its group: identical token ids (the sequences of p_i)."""
+    G = lp.shape[1]
+    rows = [responses[i: i + G] for i in range(0, len(responses), G)]
+    counts = [[row.count(y) for y in row] for row in rows]
+    return torch.tensor(counts, dtype=torch.float64, device=lp.device)
+
+
+@register(OCCURRENCES, "canonical")
+def copies_canonical(lp: Tensor, lengths, responses, keys: list) -> Tensor:
+    """m_i = the responses of y_i's group with its canonical key (the task's: reco_task)."""
+    return copies_count(lp, lengths, keys)
+
+
+@register(OCCURRENCES, "none")
+def copies_none(lp: Tensor, lengths, responses, keys) -> Tensor:
+    """m_i = 1: every response counts once per draw, as in GRPO."""
+    return torch.ones_like(lp)
+
+
+def occurrence_weights(seq_logprobs: Tensor, mode: str = "sequence", responses: list | None = None,
+                       lengths: Tensor | None = None, advantages: Tensor | None = None,
+                       apply: str = "all", keys: list | None = None) -> Tensor:
+    """ReCo response weights w_i (no gradient), mean 1 within each group.
+
+    seq_logprobs: [P, G], sum_t log pi_old(y_it). w_i = G (1/m_i) / sum_j (1/m_j), m_i from
+    OCCURRENCES[mode]. `responses` (P*G token-id lists, problem-major, or P lists of G) serve
+    "count", and "token-mean" without `lengths` [P, G]; `keys` (P*G canonical keys) serve
+    "canonical". apply="positive" keeps weight 1 wherever advantages [P, G] <= 0.
+    """
+    P, G = seq_logprobs.shape
+    if mode not in OCCURRENCES or apply not in ("all", "positive"):
+        raise ValueError(f"unknown occurrence mode {mode!r} or apply {apply!r}")
+    if apply == "positive" and advantages is None:
+        raise ValueError("apply='positive' needs advantages")
+    flat = None
+    if responses is not None:
+        groups = responses if len(responses) == P != P * G else [responses]  # P lists of G, or one
+        flat = [tuple(r) for group in groups for r in group]
+        if len(flat) != P * G:
+            raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
+        if lengths is None:
+            lengths = torch.tensor([len(r) for r in flat], device=seq_logprobs.device).view(P, G)
+    if {"count": flat, "token-mean": lengths, "canonical": keys}.get(mode, 0) is None:
+        raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean, "
+                         "keys for canonical)")
+    lengths = None if lengths is None else lengths.double()
+    inv_m = 1.0 / OCCURRENCES[mode](seq_logprobs.detach().double(), lengths, flat, keys)
+    w = inv_m / inv_m.mean(dim=1, keepdim=True)  # [P, G]
+    if apply == "positive":
+        w = torch.where(advantages > 0, w, torch.ones_like(w))
+    return w.to(seq_logprobs.dtype)
+
+
+def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
+    """log pi(y_t|s_t) of the temperature-scaled distribution. [B,T,V],[B,T] -> [B,T]"""
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def variance_stat(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """V(s) = sum_v pi(v|s)(1 - pi(v|s)) = 1 - sum_v pi(v|s)^2, pi = softmax(z/tau).
+
+    logits: [..., V] -> [...] in float32 (float64 stays float64).
+    """
+    z = logits.double() if logits.dtype == torch.float64 else logits.float()
+    return 1.0 - F.softmax(z / temperature, dim=-1).square().sum(-1)
+
+
+def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
+    """H(s) = -sum_v pi(v|s) log pi(v|s), pi = softmax(z/tau); a diagnostic. [..., V] -> [...]"""
+    logp = F.log_softmax(logits.detach().float() / temperature, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Per-token k3 estimate of KL(pi || ref) on tokens sampled from pi: exp(q) - q - 1,
+    q = ref_logp - logp."""
+    q = ref_logp - logp
+    return torch.exp(q) - q - 1
+
+
+@dataclass
+class TokenTerms:  # what a token-ratio term may use; [B, T] unless noted
+    logp: Tensor  # log pi_theta(y_t), carries the gradient
+    r: Tensor  # importance ratio exp(clamp(logp - log pi_old(y_t), -20, 20))
+    A: Tensor  # [B, 1] advantages
+    keep: Tensor  # 0 where GRPO's clipped surrogate has zero gradient, else 1
+    v: Tensor | None  # V_theta(s_t)
+    v_old: Tensor | None  # V_old(s_t)
+    v_old_mean: Tensor | None  # 0-d: mean V_old over the rollout batch's tokens (all ranks)
+    select: Tensor | None = None  # 0/1 tokens of TOKEN_SELECTS[token_ratio], where registered
+
+
+# Token level. Signature: (TokenTerms, LossConfig) -> (per-token loss [B, T], rho [B, T] or None)
+TOKEN_RATIOS: dict[str, Callable[[TokenTerms, LossConfig], tuple[Tensor, Tensor | None]]] = {}
+# Token ratio -> the tokens it acts on, a [B, T] 0/1 mask from the step (train_rl: batch "select")
+TOKEN_SELECTS: dict[str, Callable[[Step], Tensor]] = {}
+
+
+@register(TOKEN_RATIOS, "is")
+def importance_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, None]:
+    """GRPO:  l_t = -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)"""
+    return -torch.min(t.r * t.A, torch.clamp(t.r, 1 - cfg.clip_low, 1 + cfg.clip_high) * t.A), None
+
+
+@register(TOKEN_RATIOS, "variance")
+def variance_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, Tensor]:
+    """ReCo: l_t = -rho_t A exp(logp - sg(logp)) keep_t, rho_t = sg(min(V_theta / mean V_old, cap))
+
+    Value -rho A, gradient -rho A grad log pi(y_t): the scale follows how undecided s_t is."""
+    rho = torch.clamp(t.v / t.v_old_mean, max=cfg.variance_cap).detach()  # [B, T]
+    return -rho * t.A * torch.exp(t.logp - t.logp.detach()) * t.keep, rho
+
+
+@register(TOKEN_RATIOS, "variance-old")
+def variance_old_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, Tensor]:
+    """l_t = sg(min(V_old / V_old_mean, c_max)) * l_t of "is"; equal to "variance" on policy."""
+    rho = torch.clamp(t.v_old / t.v_old_mean, max=cfg.variance_cap).detach()
+    return rho * importance_ratio(t, cfg)[0], rho
+
+
+def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tensor | None = None,
+                num_tokens: float | Tensor | None = None,
+                num_seqs: float | Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """GRPO / ReCo surrogate of a (mini- or micro-) batch; `cfg` as resolved by `loss_config`.
+
+    logp, v: [B, T] log pi_theta(y_t) and V_theta(s_t). batch: "old_logp", "mask" [B, T],
+    "advantages" [B]; optional "weights" [B], "v_old" [B, T], "v_old_mean" (0-d), "ref_logp",
+    "select" [B, T]. num_tokens/num_seqs override the normaliser, so that micro-batches and ranks
+    sum to the whole mini-batch.
+
+      r_t    = exp(clamp(logp - old_logp, -20, 20))
+      keep_t = 0 where (r > 1 + eps_high and A > 0) or (r < 1 - eps_low and A < 0)
+      l_t    = TOKEN_RATIOS[cfg.token_ratio](...)
+      dual clip C (A < 0): l_t = min(l_t, -C A)
+      l_t   *= w_i;   l_t += beta * k3(logp, ref_logp)
+    """
+    mask = batch["mask"].to(logp.dtype)
+    A = batch["advantages"].detach().unsqueeze(-1).to(logp.dtype)  # [B, 1]
+    r = torch.exp(torch.clamp(logp - batch["old_logp"], -20.0, 20.0))  # [B, T]
+    clipped_high, clipped_low = (r > 1 + cfg.clip_high) & (A > 0), (r < 1 - cfg.clip_low) & (A < 0)
+    keep = (~(clipped_high | clipped_low)).to(logp.dtype)
+    terms = TokenTerms(logp, r, A, keep, v, batch.get("v_old"), batch.get("v_old_mean"),
+                       batch.get("select"))
+    loss, rho = TOKEN_RATIOS[cfg.token_ratio](terms, cfg)
+    if cfg.dual_clip > 0:  # cap the loss of A < 0 at -C A (zero gradient where it binds)
+        loss = torch.where(A < 0, torch.min(loss, -cfg.dual_clip * A), loss)
+    if batch.get("weights") is not None:
+        loss = loss * batch["weights"].detach().unsqueeze(-1).to(logp.dtype)
+    if cfg.kl_coef > 0:
+        loss = loss + cfg.kl_coef * k3(logp, batch["ref_logp"].detach())
+    if cfg.aggregation == "token-mean":
+        total = (loss * mask).sum() / (mask.sum() if num_tokens is None else num_tokens)
+    else:  # seq-mean-token-mean
+        per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        total = per_seq.sum() / (logp.shape[0] if num_seqs is None else num_seqs)
+    with torch.no_grad():  # 0-d tensors: no device sync
+        n = mask.sum().clamp(min=1)
+        stats = {"ratio_mean": (r * mask).sum() / n, "ratio_max": (r * mask).max(),
+                 "clip_frac_high": (clipped_high * mask).sum() / n,
+                 "clip_frac_low": (clipped_low * mask).sum() / n,
+                 "approx_kl_old": ((batch["old_logp"] - logp) * mask).sum() / n}
+        if rho is not None:
+            stats |= {"rho_mean": (rho * mask).sum() / n, "rho_max": (rho * mask).max()}
+    return total, stats
+
+
+# ==== Rollouts: sample (reco_io.sample, a KV-cache sampler), decode, score.
+
+def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor,
+                    hidden: bool = False) -> Tensor:
+    """Logits at the positions that predict each response token: [B, T, V]. With `hidden`, the
+    decoder's last hidden states there instead, [B, T, H], from which the lm head makes them."""
+    ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # prompts are left-padded: positions start at 0
+    net = model.get_decoder() if hidden else model
+    out = net(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
+    return (out.last_hidden_state if hidden else out.logits)[:, prompt_ids.shape[1] - 1: -1]
+
+
+def forward_stats(cfg: Config, model, seqs: tuple, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """token_logprobs, variance_stat and token_entropy of rollout rows `rows` (seqs: prompt_ids,
+    prompt_mask, resp, mask) under `model`, computed by token_stats: from the full logits or, with
+    --head-chunk N, from the hidden states, N row-tokens per slice of the lm head."""
+    x = response_logits(model, *(s[rows] for s in seqs), hidden=cfg.head_chunk > 0)
+    head = model.get_output_embeddings() if cfg.head_chunk > 0 else None
+    return token_stats(x, seqs[2][rows], cfg.temperature, cfg.head_chunk or 256, head)
+
+
+def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Generator) -> dict:
+    """n samples per problem (problem-major), decoded and scored by the task."""
+    task = TASKS[cfg.task]
+    prompts = [task.prompt(p, tokenizer) for p in problems for _ in range(n)]
+    enc = tokenizer(prompts, padding=True, return_tensors="pt",  # a chat template may write the BOS
+                    add_special_tokens=not reco_io.has_bos(prompts[0], tokenizer)).to(cfg.device)
+    with reco_io.autocast(cfg.device, cfg.dtype):
+        resp, mask = reco_io.sample(model, enc.input_ids, enc.attention_mask, cfg.max_new_tokens,
+                                    cfg.temperature, task.stop_ids(tokenizer, model),
+                                    tokenizer.pad_token_id, gen)
+    texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
+    flat = [p for p in problems for _ in range(n)]
+    rewards = torch.tensor([task.reward(p, t) for p, t in zip(flat, texts)], device="cpu")
+    return dict(prompt_ids=enc.input_ids, prompt_mask=enc.attention_mask, resp=resp, mask=mask,
+                texts=texts, rewards=rewards.view(len(problems), n))
+
+
+# ==== RL: rollout -> reward -> advantage -> old stats -> weights -> updates (design 2)
+
+@dataclass
+class Step:
+    """One RL step once the response weights are computed: what train_rl's on_step hook is given.
+    B = P*G rows, problem-major; T response tokens."""
+    problems: list  # the step's P problems
+    group_size: int  # G
+    texts: list[str]  # the P*G decoded responses
+    resp: Tensor  # [B, T] response token ids
+    mask: Tensor  # [B, T] float, 1 on response tokens
+    responses: list[list[int]]  # each response's token ids
+    rewards: Tensor  # [P, G]
+    advantages: Tensor  # [B]
+    old_logp: Tensor  # [B, T] log pi_old(y_t)
+    v_old: Tensor  # [B, T] V_old(s_t)
+    v_old_mean: Tensor  # 0-d
+    entropy: Tensor  # [B, T] H_old(s_t)
+    weights: Tensor  # [B] w_i
+    loss_cfg: LossConfig
+    task: object  # the reco_task task
+    tokenizer: object
+
+
+def old_stats(cfg: Config, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
+    """log pi(y_t), V(s_t) and H(s_t) of the whole rollout batch under `model` (forward_stats),
+    cfg.micro_batch rows per forward."""
+    rows = torch.arange(len(seqs[2]), device=seqs[2].device).split(cfg.micro_batch or len(seqs[2]))
+    with torch.no_grad(), reco_io.autocast(cfg.device, cfg.dtype):
+        parts = [forward_stats(cfg, model, seqs, i) for i in rows]
+    return tuple(torch.cat(t) for t in zip(*parts))
+
+
+def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, run_dir: Path,
+             eval_problems: list | None = None, on_step: Callable[[Step], dict] | None = None):
+    """Train `model` with `method`; log a row per step to run_dir/log.jsonl and, every
+    cfg.eval_every steps, the evaluation on `eval_problems` to run_dir/trajectory.jsonl. `base`
+    serves the KL term and kl_base when it is on the model's device. `on_step(step)`, if given, is
+    called once per step before the updates; its dict joins the step's log row (the studies'
+    diagnostics: experiments/diagnostics.py)."""
+    loss_cfg = loss_config(cfg, method)
+    task = TASKS[cfg.task]
+    rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    P, G = cfg.prompts_per_step, cfg.group_size
+    ckpt = run_dir / "model.pt"
+    log = reco_log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
+    evals = cfg.eval_every and eval_problems
+    trajectory = open(run_dir / "trajectory.jsonl", "w", buffering=1) if evals else None
+    precision = reco_io.autocast(cfg.device, cfg.dtype)
+    base_on_device = base is not None and base.device == model.device
+    if loss_cfg.kl_coef > 0 and not base_on_device:
+        raise ValueError("--kl-coef > 0 needs the base model on the model's device")
+    if cfg.head_chunk > 0:
+        reco_io.check_lm_head(model)  # the logits must be lm_head(last hidden state), nothing more
+    for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
+        t0 = time.time()
+        step_problems = rng.sample(problems, P)
+        r = rollout(cfg, model, tokenizer, step_problems, G, gen)  # rollout -> reward
+        A = group_advantages(r["rewards"], scale_by_std=not cfg.no_std)  # advantage
+        A = A * focal_scale(r["rewards"], loss_cfg.focal_gamma)[:, None]  # F-GRPO (gamma 0: 1)
+        A = A.flatten().to(cfg.device)  # [P*G]
+        t1 = time.time()
+        mask = r["mask"].float()
+        seqs = (r["prompt_ids"], r["prompt_mask"], r["resp"], r["mask"])
+        old_logp, v_old, entropy = old_stats(cfg, model, seqs)  # old stats
+        ref_logp = old_stats(cfg, base, seqs)[0] if base_on_device else None
+        v_old_mean = ((v_old * mask).sum() / mask.sum() if loss_cfg.variance_norm == "batch"
+                      else torch.ones((), device=cfg.device))
+        responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
+        canonical = loss_cfg.occurrence == "canonical"
+        keys = task.canonical_keys(step_problems, G, r["texts"]) if canonical else None
+        w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), loss_cfg.occurrence,  # weights
+                               responses, mask.sum(-1).view(P, G), A.view(P, G),
+                               loss_cfg.occurrence_apply, keys).flatten()
+        this = Step(step_problems, G, r["texts"], r["resp"], mask, responses, r["rewards"], A,
+                    old_logp, v_old, v_old_mean, entropy, w, loss_cfg, task, tokenizer)
+        selects = TOKEN_SELECTS.get(loss_cfg.token_ratio)
+        diagnostics = on_step(this) if on_step else {}
+        batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old,
+                     ref_logp=ref_logp, select=selects(this) if selects else None)
+        stats, t2 = {}, time.time()  # name -> one value per update (policy_loss's: per micro-batch)
+        with reco_io.training(model, cfg.gradient_checkpointing):  # the updates
+            for _ in range(cfg.epochs):
+                order = torch.randperm(P * G, generator=gen, device=cfg.device)
+                for idx in order.chunk(cfg.minibatches):
+                    optimizer.zero_grad()
+                    loss = 0.0
+                    for mic in idx.split(cfg.micro_batch or len(idx)):  # gradients add up
+                        with precision:
+                            logp, v, _ = forward_stats(cfg, model, seqs, mic)
+                        mb = {k: x[mic] for k, x in batch.items() if x is not None}
+                        part, s = policy_loss(logp, mb | {"v_old_mean": v_old_mean}, loss_cfg, v=v,
+                                              num_tokens=mask[idx].sum(), num_seqs=len(idx))
+                        part.backward()  # normalised by the mini-batch: the parts sum to its loss
+                        loss += part.item()
+                        for k, x in s.items():
+                            stats.setdefault(k, []).append(float(x))
+                    clip = cfg.grad_clip or math.inf
+                    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
+                    if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # keep good weights
+                        kept = (f"last good checkpoint kept at {ckpt}" if ckpt.exists()
+                                else "no checkpoint yet")
+                        sys.exit(f"error: non-finite loss or gradient in {method} at step {step}; "
+                                 f"{kept}")
+                    optimizer.step()
+                    stats.setdefault("grad_norm", []).append(grad_norm)
+                    stats.setdefault("loss", []).append(loss)
+        if (step + 1) % 10 == 0 or step + 1 == cfg.steps:
+            reco_io.save_atomic(model.state_dict(), ckpt)
+        tokens = mask.sum()
+        kl = ({"kl_base": ((k3(old_logp, ref_logp) * mask).sum() / tokens).item()}
+              if base_on_device else {})
+        log.log({"step": step, "reward_mean": r["rewards"].mean().item(),
+                 "pass_rate": (r["rewards"].max(1).values > 0).float().mean().item(),
+                 "adv_abs_mean": A.abs().mean().item(), "w_min": w.min().item(),
+                 "w_mean": w.mean().item(), "w_max": w.max().item(),
+                 "v_old_mean": float(v_old_mean),
+                 "entropy": ((entropy * mask).sum() / tokens).item(), **kl,
+                 "response_length": mask.sum(-1).mean().item(), **diagnostics,
+                 **{k: sum(v) / len(v) for k, v in stats.items()},
+                 **{k: max(v) for k, v in stats.items() if k.endswith("_max")},
+                 "time_rollout": t1 - t0, "time_old_stats": t2 - t1,
+                 "time_update": time.time() - t2})
+        if trajectory and (step + 1) % cfg.eval_every == 0:
+            result = evaluate(cfg, model, tokenizer, eval_problems, f"step {step + 1}")
+            trajectory.write(json.dumps({"step": step + 1, **result}) + "\n")
+    log.close()
+    model.zero_grad(set_to_none=True)  # free the gradients for what follows (evaluation)
+    return model
+
+
+# ==== Evaluation: n samples per held-out problem -> unbiased Pass@k (design 3.5)
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased Pass@k from n samples with c correct (Chen et al. 2021).
@@ -171,431 +538,40 @@ def default_ks(n: int) -> list[int]:
     return sorted({2 ** i for i in range(n.bit_length()) if 2 ** i <= n} | {n})
 
 
-def group_advantages(rewards: Tensor, scale_by_std: bool = True, eps: float = 1e-6) -> Tensor:
-    """GRPO advantage A_i = (R_i - mean_j R_j) / (std_j R_j + eps), unbiased std.
-
-    rewards: [P, G] -> advantages [P, G]. Equal rewards give A = 0 exactly.
-    """
-    centred = rewards - rewards.mean(dim=1, keepdim=True)  # [P, G]
-    if not scale_by_std:
-        return centred  # Dr.GRPO
-    return centred / (rewards.std(dim=1, keepdim=True, unbiased=True) + eps)
-
-
-def focal_scale(rewards: Tensor, gamma: float) -> Tensor:
-    """F-GRPO's scale of a group's advantages, (1 - mu)^gamma, mu = its fraction of rewards > 0. [P, G] -> [P]"""
-    mu = (rewards > 0).to(rewards.dtype).mean(dim=1)  # [P]
-    return (1.0 - mu) ** gamma
-
-
-def register(registry: dict, name: str):
-    """Decorator: file a function in `registry` under `name`, the value its flag takes."""
-
-    def add(fn):
-        registry[name] = fn
-        return fn
-    return add
-
-
-# Response level. Each mode gives m_i, the expected copies of y_i in its group; w_i = G (1/m_i) / sum_j (1/m_j).
-# Signature: (seq_logprobs [P, G] float64, lengths [P, G] float64 | None, responses: P*G tuples | None,
-#             keys: P*G canonical keys | None) -> m [P, G]
-OCCURRENCES: dict[str, Callable[[Tensor, Tensor | None, list | None, list | None], Tensor]] = {}
-
-
-@register(OCCURRENCES, "sequence")
-def copies_sequence(lp: Tensor, lengths, responses, keys) -> Tensor:
-    """m_i = 1 + (G - 1) p_i, p_i = pi_old(y_i|x) = exp(sum_t log pi_old(y_it)): the paper's form."""
-    return 1.0 + (lp.shape[1] - 1) * lp.exp()
-
-
-@register(OCCURRENCES, "token-mean")
-def copies_token_mean(lp: Tensor, lengths: Tensor, responses, keys) -> Tensor:
-    """m_i with p_i = exp(mean_t log pi_old(y_it)), the geometric-mean token probability."""
-    return 1.0 + (lp.shape[1] - 1) * (lp / lengths.clamp(min=1)).exp()
-
-
-@register(OCCURRENCES, "count")
-def copies_count(lp: Tensor, lengths, responses: list, keys=None) -> Tensor:
-    """m_i = c_i, the copies of y_i in its group: identical token ids (the sequences p_i is the probability of)."""
-    P, G = lp.shape
-    rows = [responses[p * G: (p + 1) * G] for p in range(P)]
-    return torch.tensor([[row.count(y) for y in row] for row in rows], dtype=torch.float64, device=lp.device)
-
-
-@register(OCCURRENCES, "canonical")
-def copies_canonical(lp: Tensor, lengths, responses, keys: list) -> Tensor:
-    """m_i = the responses of y_i's group with its canonical key (task-supplied: reco_countdown.response_key)."""
-    return copies_count(lp, lengths, keys)
-
-
-@register(OCCURRENCES, "none")
-def copies_none(lp: Tensor, lengths, responses, keys) -> Tensor:
-    """m_i = 1: every response counts once per draw, as in GRPO."""
-    return torch.ones_like(lp)
-
-
-def occurrence_weights(seq_logprobs: Tensor, mode: str = "sequence", responses: list | None = None,
-                       lengths: Tensor | None = None, advantages: Tensor | None = None, apply: str = "all",
-                       keys: list | None = None) -> Tensor:
-    """ReCo response weights w_i (no gradient), mean 1 within each group.
-
-    seq_logprobs: [P, G], sum_t log pi_old(y_it).  w_i = G (1/m_i) / sum_j (1/m_j), m_i = OCCURRENCES[mode].
-    `responses` (P*G token-id lists, row-major, or P lists of G) serve "count", and "token-mean" when
-    `lengths` [P, G] is not given; `keys` (P*G canonical keys, row-major) serve "canonical". apply="positive"
-    keeps weight 1 wherever advantages [P, G] <= 0 (the others are still divided by the whole group's mean).
-    """
-    P, G = seq_logprobs.shape
-    if mode not in OCCURRENCES or apply not in ("all", "positive"):
-        raise ValueError(f"unknown occurrence mode {mode!r} or apply {apply!r}")
-    if apply == "positive" and advantages is None:
-        raise ValueError("apply='positive' needs advantages")
-    flat = None
-    if responses is not None:
-        flat = [tuple(r) for group in responses for r in group] if len(responses) == P != P * G else [tuple(r) for r in responses]
-        if len(flat) != P * G:
-            raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
-        lengths = (torch.tensor([len(r) for r in flat], dtype=torch.float64, device=seq_logprobs.device).view(P, G)
-                   if lengths is None else lengths)
-    if (mode == "count" and flat is None) or (mode == "token-mean" and lengths is None) or (mode == "canonical" and keys is None):
-        raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean, keys for canonical)")
-    m = OCCURRENCES[mode](seq_logprobs.detach().double(), None if lengths is None else lengths.double(), flat, keys)
-    inv_m = 1.0 / m
-    w = inv_m / inv_m.mean(dim=1, keepdim=True)  # [P, G]
-    if apply == "positive":
-        w = torch.where(advantages > 0, w, torch.ones_like(w))
-    return w.to(seq_logprobs.dtype)
-
-
-def variance_stat(logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """V(s) = sum_v pi(v|s)(1 - pi(v|s)) = 1 - sum_v pi(v|s)^2, pi = softmax(z/tau).
-
-    logits: [..., V] -> [...] in float32 (float64 stays float64).
-    """
-    z = logits.double() if logits.dtype == torch.float64 else logits.float()
-    return 1.0 - F.softmax(z / temperature, dim=-1).square().sum(-1)
-
-
-def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
-    """log pi(y_t|s_t) of the temperature-scaled distribution. [B,T,V],[B,T] -> [B,T]"""
-    logp = F.log_softmax(logits.float() / temperature, dim=-1)
-    return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-
-
-def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """H(s) = -sum_v pi(v|s) log pi(v|s), pi = softmax(z/tau); a diagnostic. [..., V] -> [...]"""
-    logp = F.log_softmax(logits.detach().float() / temperature, dim=-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
-def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256,
-                head: torch.nn.Module | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """token_logprobs, variance_stat and token_entropy in one pass, bit for bit, without their fp32 copies of
-    [B, T, V]: one fp32 slice of about `chunk` tokens at a time. log pi's gradient recomputes its slice in the
-    backward pass (checkpoint), so only the logits stay alive. [B,T,V],[B,T] -> 3 x [B,T]; V and H: no gradient.
-    With `head` (the lm head), `logits` are the last hidden states [B,T,H]: each slice makes its logits, and the
-    backward pass remakes them, so no [B, T, V] tensor is ever kept (--head-chunk)."""
-    def one_slice(z: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        z = z if head is None else head(z)
-        z = (z.double() if z.dtype == torch.float64 else z.float()) / temperature  # the slice's one upcast
-        logp = F.log_softmax(z, dim=-1)
-        with torch.no_grad():
-            v, h = 1.0 - F.softmax(z, dim=-1).square().sum(-1), -(logp.exp() * logp).sum(-1)
-        return logp.gather(-1, y.unsqueeze(-1)).squeeze(-1), v, h
-
-    width, grad = max(1, chunk // max(1, logits.shape[0])), torch.is_grad_enabled() and logits.requires_grad
-    parts = [checkpoint(one_slice, z, y, use_reentrant=False) if grad else one_slice(z, y)
-             for z, y in zip(logits.split(width, dim=1), targets.split(width, dim=1))]
-    logp, v, h = (torch.cat(t, dim=1) for t in zip(*parts))
-    return logp, v.detach(), h.detach()
-
-
-def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """Per-token k3 estimate of KL(pi || ref) on tokens sampled from pi: exp(q) - q - 1, q = ref_logp - logp."""
-    q = ref_logp - logp
-    return torch.exp(q) - q - 1
-
-
-@dataclass
-class TokenTerms:  # what a token-ratio term may use; [B, T] unless noted
-    logp: Tensor  # log pi_theta(y_t), carries the gradient
-    r: Tensor  # importance ratio exp(clamp(logp - log pi_old(y_t), -20, 20))
-    A: Tensor  # [B, 1] advantages
-    keep: Tensor  # 0 where GRPO's clipped surrogate has zero gradient, else 1
-    v: Tensor | None  # V_theta(s_t)
-    v_old: Tensor | None  # V_old(s_t)
-    v_old_mean: Tensor | None  # scalar: mean V_old over the rollout batch's response tokens (all ranks)
-    select: Tensor | None = None  # 0/1 tokens chosen by TOKEN_SELECTS[token_ratio], where that ratio is registered there
-
-
-# Token level. Signature: (TokenTerms, LossConfig) -> (per-token loss [B, T], rho [B, T] or None)
-TOKEN_RATIOS: dict[str, Callable[[TokenTerms, LossConfig], tuple[Tensor, Tensor | None]]] = {}
-
-
-@register(TOKEN_RATIOS, "is")
-def importance_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, None]:
-    """GRPO:  l_t = -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A)"""
-    return -torch.min(t.r * t.A, torch.clamp(t.r, 1 - cfg.clip_low, 1 + cfg.clip_high) * t.A), None
-
-
-@register(TOKEN_RATIOS, "variance")
-def variance_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, Tensor]:
-    """ReCo:  l_t = -rho_t A exp(logp - sg(logp)) keep_t,  rho_t = sg(min(V_theta / V_old_mean, c_max))
-
-    Its value is -rho A and its gradient -rho A grad log pi(y_t): the scale follows how undecided s_t is.
-    """
-    rho = torch.clamp(t.v / t.v_old_mean, max=cfg.variance_cap).detach()  # [B, T]
-    return -rho * t.A * torch.exp(t.logp - t.logp.detach()) * t.keep, rho
-
-
-@register(TOKEN_RATIOS, "variance-old")
-def variance_old_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, Tensor]:
-    """l_t = sg(min(V_old / V_old_mean, c_max)) * l_t of "is"; equal to "variance" on policy."""
-    rho = torch.clamp(t.v_old / t.v_old_mean, max=cfg.variance_cap).detach()
-    return rho * importance_ratio(t, cfg)[0], rho
-
-
-def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tensor | None = None,
-                num_tokens: float | Tensor | None = None,
-                num_seqs: float | Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """GRPO / ReCo surrogate of a (mini- or micro-) batch; `cfg` as resolved by `loss_config`.
-
-    logp, v: [B, T] log pi_theta(y_t) and V_theta(s_t). batch: "old_logp", "mask" [B, T], "advantages" [B];
-    optional "weights" [B], "v_old" [B, T], "v_old_mean" (scalar), "ref_logp" [B, T]. num_tokens/num_seqs
-    override the normaliser, so that micro-batches and ranks sum to the whole mini-batch.
-
-      r_t    = exp(clamp(logp - old_logp, -20, 20))
-      keep_t = 0 where (r > 1 + eps_high and A > 0) or (r < 1 - eps_low and A < 0)
-      l_t    = TOKEN_RATIOS[cfg.token_ratio](...)
-      dual clip C (A < 0): l_t = min(l_t, -C A)
-      l_t   *= w_i;   l_t += beta * k3(logp, ref_logp)
-    """
-    mask = batch["mask"].to(logp.dtype)
-    A = batch["advantages"].detach().unsqueeze(-1).to(logp.dtype)  # [B, 1]
-    r = torch.exp(torch.clamp(logp - batch["old_logp"], -20.0, 20.0))  # [B, T]
-    clipped_high, clipped_low = (r > 1 + cfg.clip_high) & (A > 0), (r < 1 - cfg.clip_low) & (A < 0)
-    keep = (~(clipped_high | clipped_low)).to(logp.dtype)
-    terms = TokenTerms(logp, r, A, keep, v, batch.get("v_old"), batch.get("v_old_mean"), batch.get("select"))
-    loss, rho = TOKEN_RATIOS[cfg.token_ratio](terms, cfg)
-    if cfg.dual_clip > 0:  # cap the loss of negative advantages at -C A (zero gradient where it binds)
-        loss = torch.where(A < 0, torch.min(loss, -cfg.dual_clip * A), loss)
-    if batch.get("weights") is not None:
-        loss = loss * batch["weights"].detach().unsqueeze(-1).to(logp.dtype)
-    if cfg.kl_coef > 0:
-        loss = loss + cfg.kl_coef * k3(logp, batch["ref_logp"].detach())
-    if cfg.aggregation == "token-mean":
-        total = (loss * mask).sum() / (mask.sum() if num_tokens is None else num_tokens)
-    else:  # seq-mean-token-mean
-        per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        total = per_seq.sum() / (logp.shape[0] if num_seqs is None else num_seqs)
-    with torch.no_grad():
-        n = mask.sum().clamp(min=1)
-        stats = {"ratio_mean": (r * mask).sum() / n, "ratio_max": (r * mask).max(),  # 0-d tensors: no device sync
-                 "clip_frac_high": (clipped_high * mask).sum() / n, "clip_frac_low": (clipped_low * mask).sum() / n,
-                 "approx_kl_old": ((batch["old_logp"] - logp) * mask).sum() / n}
-        if rho is not None:
-            stats |= {"rho_mean": (rho * mask).sum() / n, "rho_max": (rho * mask).max()}
-    return total, stats
-
-
-# =============================================================================
-# Rollouts: sample (reco_io.sample, a KV-cache sampler), decode, score.
-# =============================================================================
-
-def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor,
-                    hidden: bool = False) -> Tensor:
-    """Logits at the positions that predict each response token: [B, T, V]. With `hidden`, the decoder's last
-    hidden states there instead, [B, T, H], from which the lm head makes those logits (token_stats' head)."""
-    ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    out = (model.get_decoder() if hidden else model)(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
-    return (out.last_hidden_state if hidden else out.logits)[:, prompt_ids.shape[1] - 1: -1]
-
-
-def forward_stats(cfg: Config, model, seqs: tuple, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """token_stats of rollout rows `rows` (seqs: prompt_ids, prompt_mask, resp, mask) under `model`, from its full
-    logits or, with --head-chunk N, from its hidden states, N row-tokens per slice of the lm head."""
-    x = response_logits(model, *(s[rows] for s in seqs), hidden=cfg.head_chunk > 0)
-    head = model.get_output_embeddings() if cfg.head_chunk > 0 else None
-    return token_stats(x, seqs[2][rows], cfg.temperature, cfg.head_chunk or 256, head)
-
-
-def prompt_text(problem, tokenizer) -> str:
-    if isinstance(problem, Problem):
-        return problem.prompt
-    from reco_data import build_prompt  # the math prompt: the model's chat template, else plain text
-    return build_prompt(tokenizer, problem["problem"], "chat" if getattr(tokenizer, "chat_template", None) else "plain")
-
-
-def reward(problem, text: str) -> float:
-    return countdown_reward(problem, text) if isinstance(problem, Problem) else float(grade_answer(text, problem["answer"]))
-
-
-def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Generator) -> dict:
-    """n samples per problem (problem-major), decoded and scored."""
-    enc = tokenizer([prompt_text(p, tokenizer) for p in problems for _ in range(n)], padding=True,
-                    return_tensors="pt").to(cfg.device)
-    with reco_io.autocast(cfg.device, cfg.dtype):
-        resp, mask = sample(model, enc.input_ids, enc.attention_mask, cfg.max_new_tokens, cfg.temperature,
-                            tokenizer.eos_token_id, tokenizer.pad_token_id, gen)
-    texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
-    rewards = torch.tensor([reward(p, t) for p, t in zip([p for p in problems for _ in range(n)], texts)], device="cpu")
-    return dict(prompt_ids=enc.input_ids, prompt_mask=enc.attention_mask, resp=resp, mask=mask, texts=texts,
-                rewards=rewards.view(len(problems), n))
-
-
-# =============================================================================
-# RL: rollout -> reward -> advantage -> old stats -> weights -> updates (design 2)
-# =============================================================================
-
-@dataclass
-class Step:
-    """One RL step once the response weights are computed: what TOKEN_SELECTS and train_rl's on_step hook see."""
-    problems: list  # the step's P problems
-    group_size: int
-    texts: list[str]  # P*G decoded responses, problem-major
-    resp: Tensor  # [B, T] response token ids
-    mask: Tensor  # [B, T] float
-    responses: list[list[int]]
-    rewards: Tensor  # [P, G]
-    advantages: Tensor  # [B]
-    old_logp: Tensor  # [B, T]
-    v_old: Tensor  # [B, T]
-    v_old_mean: Tensor  # 0-d
-    entropy: Tensor  # [B, T]
-    weights: Tensor  # [B]
-    loss_cfg: LossConfig
-    task: object
-    tokenizer: object
-
-
-# token ratio -> the tokens it acts on, a [B, T] float 0/1 mask of the Step; put in the batch as "select"
-TOKEN_SELECTS: dict[str, Callable[[Step], Tensor]] = {}
-
-
-def old_stats(cfg: Config, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
-    """log pi(y_t), V(s_t) and H(s_t) of the whole rollout batch under `model`, cfg.micro_batch rows per forward."""
-    rows = torch.arange(len(seqs[2]), device=seqs[2].device)
-    with torch.no_grad(), reco_io.autocast(cfg.device, cfg.dtype):
-        parts = [forward_stats(cfg, model, seqs, i) for i in rows.split(cfg.micro_batch or len(rows))]
-    return tuple(torch.cat(t) for t in zip(*parts))
-
-
-def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, run_dir: Path,
-             eval_problems: list | None = None, on_step: Callable[[Step], dict] | None = None):
-    """Train `model` with `method`; log a row per step to run_dir/log.jsonl and, every cfg.eval_every steps, the
-    evaluation on `eval_problems` to run_dir/trajectory.jsonl. `base` serves the KL term and kl_base where at hand.
-    `on_step(step)` is called once per step after the weights, before the updates; its dict joins the log row."""
-    loss_cfg = loss_config(cfg, method)
-    rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    P, G = cfg.prompts_per_step, cfg.group_size
-    ckpt, log = run_dir / "model.pt", reco_log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
-    trajectory = open(run_dir / "trajectory.jsonl", "w", buffering=1) if cfg.eval_every and eval_problems else None
-    precision, at_hand = reco_io.autocast(cfg.device, cfg.dtype), base is not None and base.device == model.device
-    if loss_cfg.kl_coef > 0 and not at_hand:
-        raise ValueError("--kl-coef > 0 needs the base model on the model's device")
-    if cfg.head_chunk > 0:
-        reco_io.check_lm_head(model)  # the logits must be lm_head(last hidden state), nothing more
-    for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
-        t0 = time.time()
-        step_problems = rng.sample(problems, P)
-        r = rollout(cfg, model, tokenizer, step_problems, G, gen)
-        A = group_advantages(r["rewards"], scale_by_std=not cfg.no_std) * focal_scale(r["rewards"], loss_cfg.focal_gamma)[:, None]
-        A = A.flatten().to(cfg.device)  # [P*G]
-        t1 = time.time()
-        mask = r["mask"].float()
-        seqs = (r["prompt_ids"], r["prompt_mask"], r["resp"], r["mask"])
-        old_logp, v_old, entropy = old_stats(cfg, model, seqs)
-        ref_logp = old_stats(cfg, base, seqs)[0] if at_hand else None
-        v_old_mean = (v_old * mask).sum() / mask.sum() if loss_cfg.variance_norm == "batch" else torch.ones((), device=cfg.device)
-        responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
-        keys, labels = reco_countdown.annotate(step_problems, G, r["texts"], r["resp"], r["mask"], tokenizer)
-        w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), loss_cfg.occurrence, responses,
-                               mask.sum(-1).view(P, G), A.view(P, G), loss_cfg.occurrence_apply, keys).flatten()
-        diagnostics = reco_countdown.step_diagnostics(occurrence_weights, list(OCCURRENCES), old_logp, mask, responses, keys,
-                                                      labels, A.view(P, G), w, v_old, v_old_mean, loss_cfg)
-        batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old, ref_logp=ref_logp)
-        if loss_cfg.token_ratio in TOKEN_SELECTS or on_step is not None:
-            state = Step(step_problems, G, r["texts"], r["resp"], mask, responses, r["rewards"], A, old_logp, v_old,
-                         v_old_mean, entropy, w, loss_cfg, reco_countdown, tokenizer)
-            if loss_cfg.token_ratio in TOKEN_SELECTS:
-                batch["select"] = TOKEN_SELECTS[loss_cfg.token_ratio](state)
-            diagnostics |= on_step(state) if on_step is not None else {}
-        stats, t2 = {}, time.time()  # stats: name -> one value per update (policy_loss's: per micro-batch)
-        with reco_io.training(model, cfg.gradient_checkpointing):
-            for _ in range(cfg.epochs):
-                for idx in torch.randperm(P * G, generator=gen, device=cfg.device).chunk(cfg.minibatches):
-                    optimizer.zero_grad()
-                    loss = 0.0
-                    for mic in idx.split(cfg.micro_batch or len(idx)):  # gradients add up over the mini-batch
-                        with precision:
-                            logp, v, _ = forward_stats(cfg, model, seqs, mic)
-                        mb = {k: x[mic] for k, x in batch.items() if x is not None} | {"v_old_mean": v_old_mean}
-                        part, s = policy_loss(logp, mb, loss_cfg, v=v, num_tokens=mask[idx].sum(), num_seqs=len(idx))
-                        part.backward()  # normalised by the mini-batch's tokens/sequences: the parts sum to its loss
-                        loss += part.item()
-                        for k, x in s.items():
-                            stats.setdefault(k, []).append(float(x))
-                    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf).item()
-                    if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # stop before the weights go bad
-                        kept = f"last good checkpoint kept at {ckpt}" if ckpt.exists() else "no checkpoint yet"
-                        sys.exit(f"error: non-finite loss or gradient in {method} at step {step}; {kept}")
-                    optimizer.step()
-                    stats.setdefault("grad_norm", []).append(grad_norm)
-                    stats.setdefault("loss", []).append(loss)
-        if (step + 1) % 10 == 0 or step + 1 == cfg.steps:
-            reco_io.save_atomic(model.state_dict(), ckpt)
-        row = {"step": step, "reward_mean": r["rewards"].mean().item(),
-               "pass_rate": (r["rewards"].max(1).values > 0).float().mean().item(),
-               "adv_abs_mean": A.abs().mean().item(), "w_min": w.min().item(), "w_mean": w.mean().item(),
-               "w_max": w.max().item(), "v_old_mean": float(v_old_mean),
-               "entropy": ((entropy * mask).sum() / mask.sum()).item(),
-               **({"kl_base": ((k3(old_logp, ref_logp) * mask).sum() / mask.sum()).item()} if at_hand else {}),
-               "response_length": mask.sum(-1).mean().item(), **diagnostics,
-               **{k: sum(v) / len(v) for k, v in stats.items()},
-               **{k: max(v) for k, v in stats.items() if k.endswith("_max")},
-               "time_rollout": t1 - t0, "time_old_stats": t2 - t1, "time_update": time.time() - t2}
-        log.log(row)
-        if trajectory and (step + 1) % cfg.eval_every == 0:
-            result = evaluate(cfg, model, tokenizer, eval_problems, f"step {step + 1}")
-            trajectory.write(json.dumps({"step": step + 1, **result}) + "\n")
-    log.close()
-    model.zero_grad(set_to_none=True)  # free the gradients for what follows (evaluation)
-    return model
-
-
-# =============================================================================
-# Evaluation: n samples per held-out problem -> unbiased Pass@k (design 3.5)
-# =============================================================================
-
 @torch.no_grad()
 def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
-    """Pass@k averaged over problems, mean accuracy, distinct correct responses, solved-any; per problem the
-    correct count and (countdown) its correct samples per form (reco_countdown.form_counts)."""
-    gen = torch.Generator(cfg.device).manual_seed(cfg.seed + 1 if cfg.eval_seed < 0 else cfg.eval_seed)  # same for every model
-    n, per_call = cfg.n_eval, max(1, cfg.eval_batch // cfg.n_eval)
+    """Pass@k averaged over problems, mean accuracy, distinct correct responses, solved-any; per
+    problem the correct count and, where the task has solution forms, its correct samples per form.
+    At most cfg.eval_batch responses are sampled at once: several problems per call when n fits,
+    else one problem's n responses in chunks."""
+    seed = cfg.seed + 1 if cfg.eval_seed < 0 else cfg.eval_seed
+    gen = torch.Generator(cfg.device).manual_seed(seed)  # the same samples for every model
+    task, n = TASKS[cfg.task], cfg.n_eval
+    per_call, rows = max(1, cfg.eval_batch // n), min(n, cfg.eval_batch)  # problems, responses
     counts, distinct, forms = [], [], []
     for i in tqdm(range(0, len(problems), per_call), desc=f"eval {desc}", leave=False):
-        r = rollout(cfg, model, tokenizer, problems[i: i + per_call], n, gen)
-        for j, ok in enumerate(r["rewards"].bool().tolist()):
-            correct = [t for t, good in zip(r["texts"][j * n: (j + 1) * n], ok) if good]
+        group = problems[i: i + per_call]
+        parts = [rollout(cfg, model, tokenizer, group, min(rows, n - s), gen)
+                 for s in range(0, n, rows)]  # each: [len(group), m] rewards, problem-major texts
+        for j, problem in enumerate(group):
+            correct = [t for r in parts for t, good in zip(r["texts"][j * r["rewards"].shape[1]:],
+                                                          r["rewards"][j].bool().tolist()) if good]
             counts.append(len(correct))
             distinct.append(len(set(correct)))
-            if isinstance(problems[0], Problem):
-                forms.append(reco_countdown.form_counts(problems[i + j], correct))
+            forms.append(task.forms(problem, correct))
     ks = [int(k) for k in cfg.ks.split(",")] if cfg.ks else default_ks(n)
-    return {"pass_at_k": {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks},
-            "mean_accuracy": sum(counts) / (n * len(counts)), "distinct_correct": sum(distinct) / len(distinct),
+    curve = {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
+    return {"pass_at_k": curve,
+            "mean_accuracy": sum(counts) / (n * len(counts)),
+            "distinct_correct": sum(distinct) / len(distinct),
             "solved_any": sum(c > 0 for c in counts) / len(counts), "counts": counts,
-            **({"forms": forms} if forms else {})}
+            **({"forms": forms} if forms and None not in forms else {})}
 
 
-# =============================================================================
-# main: build or load the base, train each method from it, evaluate them all.
-# =============================================================================
+# ==== main: build or load the base, train each method from it, evaluate them all.
 
-QUICK = dict(n_train=64, n_test=16, hidden=64, layers=2, sft_steps=300, sft_batch=128, steps=4, prompts_per_step=8, n_eval=32)
+QUICK = dict(n_train=64, n_test=16, hidden=64, layers=2, sft_steps=300, sft_batch=128, steps=4,
+             prompts_per_step=8, n_eval=32)
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -607,22 +583,21 @@ def main(argv: list[str] | None = None) -> dict:
     print(reco_io.describe_settings(cfg))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    out, start = Path(cfg.out), time.time()
+    out, start, task = Path(cfg.out), time.time(), TASKS[cfg.task]
     out.mkdir(parents=True, exist_ok=True)
-    splits = reco_io.math_splits(cfg.data, cfg.eval_data) if cfg.task == "math" else make_splits(cfg)
-    if cfg.model:
-        tokenizer, base = reco_io.load_hf(cfg.model, cfg.device)
-    else:
-        tokenizer = char_tokenizer(cfg.task)
-        base = load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"]))
+    splits = task.splits(cfg)
+    tokenizer, base = (reco_io.load_hf(cfg.model, cfg.device) if cfg.model
+                       else task.tiny_base(cfg, splits))
     base.requires_grad_(False)
-    results = {"config": asdict(cfg), "methods": {"base": evaluate(cfg, base, tokenizer, splits["test"], "base")}}
-    base.to(cfg.device if cfg.kl_coef > 0 else "cpu")  # on the device only for the KL term (kl_base: docs/one_gpu.md)
+    results = {"config": asdict(cfg),
+               "methods": {"base": evaluate(cfg, base, tokenizer, splits["test"], "base")}}
+    base.to(cfg.device if cfg.kl_coef > 0 else "cpu")  # on the device for the KL term only
     for method in cfg.method_list:
         (out / method).mkdir(exist_ok=True)
         torch.manual_seed(cfg.seed)
         model = copy.deepcopy(base).to(cfg.device).requires_grad_(True)
-        train_rl(cfg, method, model, base, tokenizer, splits["train"], out / method, splits.get("val"))
+        train_rl(cfg, method, model, base, tokenizer, splits["train"], out / method,
+                 splits.get("val"))
         results["methods"][method] = evaluate(cfg, model, tokenizer, splits["test"], method)
     results["wall_time_s"] = round(time.time() - start, 1)
     reco_io.write_results(results, out)  # results.json, the Pass@k table and plot

@@ -56,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 import reco_io  # noqa: E402
 import reco_mini  # noqa: E402
+from reco_task import TASKS  # noqa: E402
 
 GB = 1e9
 # (rows = P x G, new tokens): a 2 x 2 grid. Both token counts reach the lm head's slice width (--head-chunk 256 over
@@ -112,7 +113,7 @@ def measure(spec: dict) -> dict:
     cfg = reco_mini.parse_config(argv)
     tokenizer, model = reco_io.load_hf(cfg.model, cfg.device)
     problems = reco_io.math_splits(cfg.data)["train"]
-    prompt_len = len(tokenizer(reco_mini.prompt_text(problems[0], tokenizer)).input_ids)
+    prompt_len = len(tokenizer(TASKS["math"].prompt(problems[0], tokenizer)).input_ids)
     base = copy.deepcopy(model).requires_grad_(False) if setting == "before" else None
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     start = peak_reset(cfg.device)
@@ -142,9 +143,8 @@ def layer_activation_bytes(shape: str, bf16: bool, tokens: tuple[int, int] = (64
     """Bytes autograd keeps per token and decoder layer at the real width (distinct storages that are not
     parameters): the growth from a 1-layer to a 2-layer model (small vocabulary: it cancels), per extra token
     between the two token counts (so per-layer constants, e.g. autocast's bf16 casts of the weights, cancel too)."""
-    from transformers import AutoModelForCausalLM
-
     from reco_scaled.shapes import hf_config
+    from transformers import AutoModelForCausalLM
 
     saved = {}
     for layers in (1, 2):

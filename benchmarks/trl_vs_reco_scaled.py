@@ -91,18 +91,19 @@ def run_trl(model_dir: str, steps: int, out: str) -> dict:
     from transformers import AutoTokenizer, TrainerCallback
 
     from reco_countdown import make_splits
-    from reco_mini import prompt_text, reward
     from reco_scaled.config import load_config
     from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer
     from reco_scaled.model import mini_config
+    from reco_task import TASKS
 
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     problems = make_splits(mini_config(load_config(ROOT / "reco_scaled/configs/tiny-cpu.yaml")))["train"]
-    data = Dataset.from_list([{"prompt": prompt_text(p, tok), "index": i} for i, p in enumerate(problems)])
+    countdown = TASKS["countdown"]
+    data = Dataset.from_list([{"prompt": countdown.prompt(p, tok), "index": i} for i, p in enumerate(problems)])
 
     def countdown_reward(completions, index, **kwargs):
-        return [reward(problems[i], c) for c, i in zip(completions, index)]
+        return [countdown.reward(problems[i], c) for c, i in zip(completions, index)]
 
     per_rl_step = 4  # optimizer steps: num_iterations x steps_per_generation
     args = ReCoGRPOConfig(

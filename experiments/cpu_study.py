@@ -35,9 +35,10 @@ from tqdm.auto import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from analysis import COLLAPSE_WINDOW, divergence, finite_or_none, summarize  # noqa: E402
+from diagnostics import on_step  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
-from reco_countdown import load_base  # noqa: E402
+from reco_countdown import char_tokenizer, load_base, make_splits  # noqa: E402
 
 # variant -> (reco_mini method, None for the SFT base without RL; extra reco_mini flags)
 VARIANTS: dict[str, tuple[str | None, list[str]]] = {
@@ -130,7 +131,7 @@ def run_config(variant: str, seed: int, flags: list[str], run_dir: Path) -> rm.C
 def load_context(flags: list[str]) -> dict:
     """Tokenizer, splits and the one SFT base shared by every run (reco_mini's cached base for seed 0)."""
     cfg = rm.parse_config([*flags, "--seed", "0"])
-    splits, tokenizer = rm.make_splits(cfg), rm.char_tokenizer()
+    splits, tokenizer = make_splits(cfg), char_tokenizer()
     base = load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"])).requires_grad_(False)
     return {"splits": splits, "tokenizer": tokenizer, "base": base}
 
@@ -145,7 +146,7 @@ def run_one(variant: str, seed: int, flags: list[str], ctx: dict, run_dir: Path)
     if method is not None:
         model = copy.deepcopy(base).requires_grad_(True)
         try:
-            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], run_dir)
+            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], run_dir, on_step=on_step)
         except SystemExit as exc:  # reco_mini stops before a non-finite gradient reaches the weights
             stopped = str(exc.code)
     result = {"variant": variant, "method": method, "seed": seed, "config": asdict(cfg), "stopped": stopped,

@@ -14,8 +14,8 @@ registers, before any parse_config:
   occurrence weights with GRPO's ratio: ReCo's response term alone)
 
 `rollout_scale` gives each token ratio's on-policy scale at rollout time (r = 1, keep = 1), from which `on_step`
-logs every arm's own update share by token class (reco_countdown.step_diagnostics reads any ratio but "is" as the
-variance ratio everywhere) and the selected tokens' precision and recall for the fork labels.
+logs, next to the studies' own diagnostics (diagnostics.on_step), every arm's own update share by token class and the
+selected tokens' precision and recall for the fork labels.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+import diagnostics  # noqa: E402
 import fork_detect  # noqa: E402
 from fork_detect import fork_tokens, token_classes, top_share  # noqa: E402
 
@@ -118,10 +119,11 @@ def on_step(step: rm.Step) -> dict:
       select_precision    fork tokens among them; select_recall: the fork tokens picked (None without selection)
     """
     ratio = step.loss_cfg.token_ratio
+    out = diagnostics.on_step(step)  # the long study's fields, so that its rows and these read alike
     cls = token_classes(step)
     scale = ROLLOUT_SCALES[ratio](step)
     size = (step.weights.view(-1, 1) * scale * step.advantages.view(-1, 1)).abs() * step.mask
-    out = {f"arm_share_{c}": v for c, v in class_shares(size, cls, step.mask).items()}
+    out |= {f"arm_share_{c}": v for c, v in class_shares(size, cls, step.mask).items()}
     out |= {"select_share": None, "select_precision": None, "select_recall": None}
     if ratio in rm.TOKEN_SELECTS:
         chosen = rm.TOKEN_SELECTS[ratio](step) * step.mask

@@ -43,9 +43,9 @@ import long_study as ls  # noqa: E402
 from analysis import finite_or_none, holm, summarize  # noqa: E402
 from protocol import EQUIVALENCE_MARGIN, compare, covered, measured_curve, write_block  # noqa: E402
 
-import reco_countdown  # noqa: E402
 import reco_mini as rm  # noqa: E402
 from reco_countdown import TOKEN_CLASSES  # noqa: E402
+from reco_task import TASKS  # noqa: E402
 
 ARMS = {  # arm -> (reco_mini method, extra flags)
     "grpo": ("grpo", []),
@@ -137,7 +137,7 @@ def rollout_step(cfg, model, tokenizer, problems: list, seed: int) -> rm.Step:
     return rm.Step(problems=problems, group_size=cfg.group_size, texts=r["texts"], resp=r["resp"], mask=mask,
                    responses=responses, rewards=r["rewards"], advantages=A, old_logp=old_logp, v_old=v_old,
                    v_old_mean=(v_old * mask).sum() / mask.sum(), entropy=entropy, weights=torch.ones(len(A)),
-                   loss_cfg=rm.loss_config(cfg, "grpo"), task=reco_countdown, tokenizer=tokenizer)
+                   loss_cfg=rm.loss_config(cfg, "grpo"), task=TASKS["countdown-long"], tokenizer=tokenizer)
 
 
 def run_detect(spec: dict, plan: dict, ctx: dict) -> dict:

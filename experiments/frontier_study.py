@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from analysis import divergence, equivalence_test, finite_or_none, holm, paired_test, read_jsonl, summarize  # noqa: E402
+from diagnostics import on_step  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
 from reco_countdown import FORMS, SFT_FORM_PRIOR, char_tokenizer, load_base, make_splits, solving_forms  # noqa: E402
@@ -112,7 +113,7 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
         torch.manual_seed(spec["seed"])
         model = copy.deepcopy(base).requires_grad_(True)
         try:
-            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, splits[spec["split"]])
+            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, splits[spec["split"]], on_step)
         except SystemExit as exc:  # reco_mini stops before a non-finite gradient reaches the weights
             stopped = str(exc.code)
         trajectory = read_jsonl(path / "trajectory.jsonl")

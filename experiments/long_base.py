@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 import reco_countdown as rc  # noqa: E402
 import reco_mini as rm  # noqa: E402
+from reco_task import TASKS  # noqa: E402
 
 
 def check_base(flags: list[str], groups: int = 64, group_size: int = 8) -> dict:
@@ -35,7 +36,9 @@ def check_base(flags: list[str], groups: int = 64, group_size: int = 8) -> dict:
     gen = torch.Generator(cfg.device).manual_seed(12345)
     problems = splits["val"][:groups]
     r = rm.rollout(cfg, base, tokenizer, problems, group_size, gen)
-    keys, labels = rc.annotate(problems, group_size, r["texts"], r["resp"], r["mask"], tokenizer)
+    task = TASKS[cfg.task]
+    keys = task.canonical_keys(problems, group_size, r["texts"])
+    labels = task.token_labels(problems, group_size, r["texts"], r["resp"], r["mask"], tokenizer)
     responses = [tuple(row[m.bool()].tolist()) for row, m in zip(r["resp"], r["mask"])]
     tokens = [x for row in labels for x in row]
     return {"prior": rc.LONG_SFT_FORM_PRIOR, "flags": flags, "sft_steps": cfg.sft_steps, "sft_or_load_s": round(sft_s, 1),

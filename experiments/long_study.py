@@ -41,6 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from analysis import divergence, finite_or_none, holm, read_jsonl, summarize, t_cdf  # noqa: E402
+from diagnostics import on_step as long_diagnostics  # noqa: E402
 from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
@@ -106,11 +107,11 @@ def run_dir(out: Path, spec: dict) -> Path:
     return out / spec["phase"] / spec["arm"] / f"lr{spec['lr']:g}" / f"seed{spec['seed']}"
 
 
-def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, on_step=None,
+def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, on_step=long_diagnostics,
             diagnostics: list[str] | None = None) -> dict:
     """Train and evaluate one spec (or only evaluate the base); writes result.json atomically and returns it. Another
     study passes its own `arms` (arm -> method, flags), reco_mini's per-step hook `on_step` and the `diagnostics` it
-    keeps (default: this study's ARMS, none, DIAGNOSTICS)."""
+    keeps (default: this study's ARMS, diagnostics.on_step, DIAGNOSTICS)."""
     path = run_dir(Path(plan["out"]), spec)
     if (path / "result.json").exists():
         return json.loads((path / "result.json").read_text())
@@ -527,7 +528,7 @@ BUDGET_RULE = (
     "any run.")
 
 
-def timing_run(plan: dict, steps: int = 5, arms: dict | None = None, on_step=None) -> dict:
+def timing_run(plan: dict, steps: int = 5, arms: dict | None = None, on_step=long_diagnostics) -> dict:
     """Seconds per RL step of each arm (mean over `steps` steps at the study's settings, from the base, on the
     training problems) and per evaluation of the validation split at n = 128 and at n = 256; another study passes
     its own `arms` and per-step hook."""

@@ -1,8 +1,8 @@
 """Training problems, their prompts, the reward, and the data position.
 
-task: countdown uses reco_countdown's problems (make_splits) and reco_mini's prompt and reward.
+task: countdown uses reco_countdown's problems (make_splits) and reco_task's prompt and reward.
 task: math reads problems with reco_scaled.data.load_problems, formats them with
-reco_scaled.data.build_prompt and grades with reco_mini.grade_answer (through reco_mini.reward).
+reco_scaled.data.build_prompt and grades with reco_grader.grade_answer (through reco_task's math task).
 """
 from __future__ import annotations
 
@@ -11,17 +11,19 @@ from dataclasses import dataclass
 import torch
 
 from reco_countdown import make_splits
-from reco_mini import prompt_text, reward
+from reco_io import has_bos
 from reco_scaled.config import RunConfig
+from reco_task import TASKS
 
 
 @dataclass
 class Task:
     problems: list  # reco_mini.Problem (countdown) or {"problem", "answer"} dicts (math)
     prompt_ids: list[list[int]]  # tokenised prompt of each problem
+    task: object = TASKS["math"]  # the reco_task task that scores a response
 
     def reward(self, index: int, response: str) -> float:
-        return reward(self.problems[index], response)
+        return self.task.reward(self.problems[index], response)
 
 
 def load_task(cfg: RunConfig, tokenizer) -> Task:
@@ -29,22 +31,17 @@ def load_task(cfg: RunConfig, tokenizer) -> Task:
         from reco_scaled.model import mini_config
 
         problems: list = make_splits(mini_config(cfg))["train"]
-        texts = [prompt_text(p, tokenizer) for p in problems]
+        texts = [TASKS["countdown"].prompt(p, tokenizer) for p in problems]
     else:
         from reco_scaled.data import build_prompt, load_problems
 
         problems = load_problems(cfg.data.train, problem_key=cfg.data.problem_key, answer_key=cfg.data.answer_key)
         texts = [build_prompt(tokenizer, p["problem"], template=cfg.data.template) for p in problems]
-    ids = [tokenizer(t, add_special_tokens=not _has_bos(t, tokenizer)).input_ids for t in texts]
+    ids = [tokenizer(t, add_special_tokens=not has_bos(t, tokenizer)).input_ids for t in texts]
     keep = [i for i, x in enumerate(ids) if len(x) <= cfg.data.max_prompt_tokens]
     if not keep:
         raise ValueError(f"every prompt is longer than data.max_prompt_tokens={cfg.data.max_prompt_tokens}")
-    return Task([problems[i] for i in keep], [ids[i] for i in keep])
-
-
-def _has_bos(text: str, tokenizer) -> bool:
-    """Chat templates (Llama 3) already write the BOS token; the tokenizer must not add a second."""
-    return bool(tokenizer.bos_token) and text.startswith(tokenizer.bos_token)
+    return Task([problems[i] for i in keep], [ids[i] for i in keep], TASKS[cfg.task])
 
 
 class PromptSampler:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BOTTOM_FLOOR = ["reco_mini.py", "reco_countdown.py", "reco_io.py", "reco_grader.py", "reco_data.py"]
+BOTTOM_FLOOR = ["reco_mini.py", "reco_task.py", "reco_countdown.py", "reco_io.py", "reco_grader.py", "reco_data.py"]
 FORBIDDEN = "reco_scaled"
 
 
@@ -60,8 +60,8 @@ def test_a_nested_import_added_to_reco_mini_is_caught():
     """The real file with one import of reco_scaled appended inside a function must fail the check."""
     source = (ROOT / "reco_mini.py").read_text()
     assert forbidden_imports(source) == []
-    broken = source.replace("def prompt_text(problem, tokenizer) -> str:\n",
-                            "def prompt_text(problem, tokenizer) -> str:\n    from reco_scaled.data import build_prompt\n", 1)
+    head = "def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Generator) -> dict:\n"
+    broken = source.replace(head, head + "    from reco_scaled.data import build_prompt\n", 1)
     assert broken != source and len(forbidden_imports(broken)) == 1
 
 

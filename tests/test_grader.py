@@ -9,7 +9,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 import pytest
 
 import reco_grader
-from reco_mini import grade_answer
+from reco_grader import grade_answer
 
 B = "\\boxed{{{}}}".format  # B("5") == "\\boxed{5}"
 

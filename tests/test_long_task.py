@@ -2,7 +2,9 @@
 data's duplicate rate, the canonical occurrence mode on a table, every old mode unchanged, and the diagnostics."""
 import math
 import random
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +12,10 @@ import torch
 import reco_countdown as rc
 import reco_mini as rm
 from reco_countdown import LongProblem, Problem
+from reco_task import TASKS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import diagnostics  # noqa: E402
 
 F, S, D = "fork", "style", "determined"
 
@@ -38,17 +44,18 @@ def test_token_labels_on_hand_made_responses():
         assert rc.long_labels(bad) is None, bad
 
 
-def test_annotate_labels_eos_and_unparsed_responses():
+def test_token_labels_of_eos_and_unparsed_responses():
     tok = rc.char_tokenizer("countdown-long")
     problem = LongProblem((3, 5, 8), 38)
     texts = ["using 5*8= 40; since 40 - 2=38, done:5*8-2", "using 5*8 40"]
     enc = tok([t + tok.eos_token for t in texts], add_special_tokens=False, padding=True, padding_side="right",
               return_tensors="pt")
-    keys, labels = rc.annotate([problem], 2, texts, enc.input_ids, enc.attention_mask, tok)
+    long, short = TASKS["countdown-long"], TASKS["countdown"]
+    labels = long.token_labels([problem], 2, texts, enc.input_ids, enc.attention_mask, tok)
     assert labels[0] == rc.long_labels(texts[0]) + [D]  # <eos> is determined
     assert labels[1] == ["other"] * (len(texts[1]) + 1)
-    assert keys == [rc.response_key(problem, t) for t in texts]
-    assert rc.annotate([Problem((3, 5, 8), 38)], 2, ["5*8-2", "8*5-2"], enc.input_ids, enc.attention_mask, tok)[1] is None
+    assert long.canonical_keys([problem], 2, texts) == [rc.response_key(problem, t) for t in texts]
+    assert short.token_labels([Problem((3, 5, 8), 38)], 2, ["5*8-2", "8*5-2"], enc.input_ids, enc.attention_mask, tok) is None
 
 
 def test_generator_labels_match_the_parser_and_demonstrations_are_correct_and_long():
@@ -92,7 +99,9 @@ def test_canonical_keys_on_a_table():
     assert rc.response_key(p, "3*7+") == "text:3*7+"  # no expression: only exact copies match
     assert rc.response_key(lp, "pick 7 * 3=21; then 21 +12 = 33. answer: 7*3+12") == \
         rc.response_key(lp, "take 3*7=21, next 12+21=33; result: 12+3*7") == rc.response_key(p, "3*7+12")
-    assert rc.response_key({"answer": "1/2"}, r"so \boxed{\frac{1}{2}}") == rc.response_key({}, r"\boxed{\frac12}")
+    math = TASKS["math"]
+    assert math.canonical_keys([{}], 2, [r"so \boxed{\frac{1}{2}}", r"\boxed{\frac12}"]) == ["answer:\\frac{1}{2}"] * 2
+    assert math.canonical_keys([{}], 2, ["no box", "0.5"]) == ["text:no box", "text:0.5"]
 
 
 def test_canonical_mode_on_a_table():
@@ -131,18 +140,35 @@ def test_step_diagnostics_by_hand():
     v_mean = (v_old * mask).sum() / mask.sum()  # 0.3
     labels = [[F, S, D], [S, D]]
     adv, w = torch.tensor([[1.0, -1.0]]), torch.ones(2)
-    args = (rm.occurrence_weights, list(rm.OCCURRENCES), old_logp, mask, [[1, 2, 3], [1, 2]], ["k", "k"], labels, adv, w,
-            v_old, v_mean)
-    out = rc.step_diagnostics(*args, rm.LossConfig(token_ratio="is"))
+    args = (old_logp, mask, [[1, 2, 3], [1, 2]], ["k", "k"], labels, adv, w, v_old, v_mean)
+    out = diagnostics.step_diagnostics(*args, rm.LossConfig(token_ratio="is"))
     assert out["w_dev_sequence"] == pytest.approx(1 / 11)  # m = 1 + p = [1.5, 1.25]: w = [10/11, 12/11]
     assert out["w_dev_count"] == 0 and out["w_dev_canonical"] == 0 and out["w_dev_none"] == 0
     assert out["dup_exact"] == 0 and out["dup_canonical"] == 0.5
     assert out["v_old_fork"] == pytest.approx(0.5) and out["v_old_style"] == pytest.approx(0.375)
     assert out["v_old_determined"] == pytest.approx(0.125) and out["v_old_other"] is None
     assert [out[f"share_{c}"] for c in ("fork", "style", "determined", "other")] == pytest.approx([0.2, 0.4, 0.4, 0.0])
-    out = rc.step_diagnostics(*args, rm.LossConfig(token_ratio="variance"))  # rho = V_old / 0.3: |rho A| = V_old / 0.3
+    out = diagnostics.step_diagnostics(*args, rm.LossConfig(token_ratio="variance"))  # rho = V_old / 0.3: |rho A| = V_old / 0.3
     assert [out[f"share_{c}"] for c in ("fork", "style", "determined")] == pytest.approx([1 / 3, 1 / 2, 1 / 6])
     assert out["tokens_other"] == 0.0
+
+
+def test_step_diagnostics_size_the_update_by_the_methods_own_token_term(monkeypatch):
+    """The shares were sized by min(V_old / mean V_old, c_max) for every token ratio but "is": a new term got a
+    variance ratio's shares. Now a term is sized by its own rho on policy, and a term whose update there is not
+    -rho A gets no shares (None) rather than wrong ones."""
+    mask = torch.tensor([[1.0, 1, 1], [1, 1, 0]])
+    v_old = torch.tensor([[0.5, 0.25, 0.0], [0.5, 0.25, 9.0]])
+    args = (torch.zeros(2, 3), mask, [[1, 2, 3], [1, 2]], ["k", "k"], [[F, S, D], [S, D]], torch.tensor([[1.0, -1.0]]),
+            torch.ones(2), v_old, (v_old * mask).sum() / mask.sum())
+    twice = lambda t, cfg: (2 * rm.importance_ratio(t, cfg)[0], torch.full_like(t.logp, 2.0))  # noqa: E731
+    monkeypatch.setitem(rm.TOKEN_RATIOS, "twice-is", twice)
+    out = diagnostics.step_diagnostics(*args, rm.LossConfig(token_ratio="twice-is"))
+    assert [out[f"share_{c}"] for c in ("fork", "style", "determined", "other")] == pytest.approx([0.2, 0.4, 0.4, 0.0])
+    monkeypatch.setitem(rm.TOKEN_RATIOS, "thrice-is", lambda t, cfg: (3 * rm.importance_ratio(t, cfg)[0], None))
+    out = diagnostics.step_diagnostics(*args, rm.LossConfig(token_ratio="thrice-is"))
+    assert [out[f"share_{c}"] for c in ("fork", "style", "determined", "other")] == [None] * 4
+    assert out["v_old_fork"] == pytest.approx(0.5)  # the other fields stay
 
 
 def test_eval_seed_default_is_seed_plus_one():
@@ -156,7 +182,8 @@ def test_eval_seed_default_is_seed_plus_one():
     cfg = rm.Config(seed=5, eval_seed=7, n_eval=8, max_new_tokens=4)
     gen = torch.Generator().manual_seed(7)
     texts = rm.rollout(cfg, model, tok, problems, 8, gen)["texts"]  # the stream --eval-seed 7 names
-    assert run[7]["counts"] == [sum(rm.reward(p, t) > 0 for t in texts[i * 8: (i + 1) * 8]) for i, p in enumerate(problems)]
+    reward = TASKS["countdown"].reward
+    assert run[7]["counts"] == [sum(reward(p, t) > 0 for t in texts[i * 8: (i + 1) * 8]) for i, p in enumerate(problems)]
 
 
 def test_countdown_long_config_and_tokenizer():

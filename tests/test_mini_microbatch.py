@@ -18,6 +18,7 @@ import torch
 
 import reco_mini
 from reco_countdown import char_tokenizer, make_splits, tiny_model
+from reco_task import TASKS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -46,7 +47,7 @@ def _rows(path: Path) -> list[dict]:
 def test_default_training_is_bit_identical_to_c15662b(tmp_path, monkeypatch, argv):
     # P x G = 128 rows: token_stats splits the old-statistics pass into slices, as in the studies (256 rows).
     # A random model seldom solves Countdown: a reward of the response's length keeps the advantages non-zero.
-    monkeypatch.setattr(reco_mini, "reward", lambda problem, text: float(len(text) % 3 == 0))
+    monkeypatch.setattr(TASKS["countdown"], "reward", lambda problem, text: float(len(text) % 3 == 0))
     cfg, tok, base, problems = _setup(["--steps", "8", "--seed", "0", "--prompts-per-step", "16", *argv])
     runs = {}
     for name, train in (("old", _old_train_rl()), ("new", reco_mini.train_rl)):
@@ -84,7 +85,7 @@ class GradRecorder:
 @pytest.mark.parametrize("token_ratio", list(reco_mini.TOKEN_RATIOS))
 def test_micro_batch_gradient_equals_mini_batch_gradient_in_float64(tmp_path, monkeypatch, aggregation, token_ratio):
     monkeypatch.setattr(torch.optim, "AdamW", GradRecorder)
-    monkeypatch.setattr(reco_mini, "reward", lambda problem, text: float(len(text) % 3 == 0))
+    monkeypatch.setattr(TASKS["countdown"], "reward", lambda problem, text: float(len(text) % 3 == 0))
     GradRecorder.made.clear()
     argv = ["--method", "reco", "--token-ratio", token_ratio, "--aggregation", aggregation, "--kl-coef", "0.1",
             "--steps", "1", "--prompts-per-step", "4", "--group-size", "4", "--minibatches", "2", "--grad-clip", "0"]
@@ -114,7 +115,7 @@ def test_micro_batch_gradient_equals_mini_batch_gradient_in_float64(tmp_path, mo
 
 
 def test_bfloat16_autocast_and_gradient_checkpointing_run_where_said(tmp_path, monkeypatch):
-    monkeypatch.setattr(reco_mini, "reward", lambda problem, text: float(len(text) % 3 == 0))
+    monkeypatch.setattr(TASKS["countdown"], "reward", lambda problem, text: float(len(text) % 3 == 0))
     cfg, tok, base, problems = _setup(["--method", "reco", "--steps", "2", "--prompts-per-step", "4",
                                        "--group-size", "4", "--micro-batch", "3", "--dtype", "bfloat16",
                                        "--gradient-checkpointing"])

@@ -14,7 +14,8 @@ from reco_countdown import (
     make_splits,
     tiny_model,
 )
-from reco_mini import Config, response_logits, sample
+from reco_io import sample
+from reco_mini import Config, response_logits
 
 
 def test_countdown_verifier_table():

@@ -1,5 +1,6 @@
 """The one place that builds a rollout engine, for training (reco_scaled.trainer) and evaluation
-(reco_scaled.evaluate) alike, and that decides which tokens end a response.
+(reco_scaled.evaluate) alike, and that decides which tokens end a response (reco_io.stop_token_ids, shared
+with reco_mini).
 
 vllm is imported only when the vLLM engine is asked for.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from reco_io import stop_token_ids
 from reco_scaled.rollout.base import RolloutEngine
 
 ENGINES = ("hf", "vllm")
@@ -14,19 +16,6 @@ ENGINES = ("hf", "vllm")
 
 class EngineStartError(RuntimeError):
     """The rollout engine could not start (the message names it and suggests the transformers engine)."""
-
-
-def stop_token_ids(tokenizer, template: str | None) -> list[int]:
-    """Tokens that end a response besides the model's EOS: the tokenizer's EOS and, for the qwen-boxed
-    template, ``<|im_end|>`` (a Qwen base model's EOS is ``<|endoftext|>``, but it closes the chat turn
-    with ``<|im_end|>`` and may then keep writing, and a later ``\\boxed{}`` would be graded).
-    `template` None (no prompt template, e.g. countdown): none."""
-    if template is None:
-        return []
-    stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    if template == "qwen-boxed" and "<|im_end|>" in tokenizer.get_vocab():
-        stop.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-    return stop
 
 
 def make_engine(kind: str, model_dir: str, tokenizer, *, template: str | None, device: torch.device,

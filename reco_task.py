@@ -1,0 +1,121 @@
+"""reco_task.py: the problems reco_mini trains on, behind one small interface (Task).
+
+A task gives reco_mini's loop everything that depends on the kind of problem: the splits, the prompt and the
+tokens that end a response, the reward, each response's canonical key (OCCURRENCES["canonical"]), the class of each
+response token where the task defines classes, and, for evaluation, its correct responses per solution form. The loop
+asks the task and never the problem's type. TASKS holds the three built in: countdown, countdown-long and math.
+"""
+from __future__ import annotations
+
+import reco_countdown as rc
+import reco_io
+
+
+class Task:
+    """The interface; the defaults are those of a task without token classes or solution forms."""
+    name = ""
+    max_new_tokens = 1024  # the response length limit (--max-new-tokens 0)
+    eval_batch = 64  # responses sampled at once when evaluating (--eval-batch 0)
+    head_chunk = 256  # row-tokens per slice of the lm head (--head-chunk -1)
+
+    def splits(self, cfg) -> dict[str, list]:
+        """{"train": [...], "test": [...]} and optionally "val": the problems, from the run's Config."""
+        raise NotImplementedError
+
+    def prompt(self, problem, tokenizer) -> str:
+        raise NotImplementedError
+
+    def reward(self, problem, text: str) -> float:
+        raise NotImplementedError
+
+    def stop_ids(self, tokenizer, model) -> list[int]:
+        """The tokens that end a response (reco_io.sample stops a row at the first of them)."""
+        return [tokenizer.eos_token_id]
+
+    def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
+        """Per response (problem-major, group_size each), a key that equal answers share."""
+        return [f"text:{t}" for t in texts]
+
+    def token_labels(self, problems: list, group_size: int, texts: list[str], resp, mask,
+                     tokenizer) -> list[list[str]] | None:
+        """Per response, the class of each response token; None for a task without classes."""
+        return None
+
+    def forms(self, problem, correct: list[str]) -> list[int] | None:
+        """The correct responses of `problem` per solution form; None for a task without forms."""
+        return None
+
+    def tiny_base(self, cfg, splits: dict[str, list]):
+        """(tokenizer, model): the base policy built here when no --model is given."""
+        raise ValueError(f"--task {self.name} needs --model")
+
+
+class Countdown(Task):
+    """reco_countdown's task: reach the target with three numbers and + - * ( ); a tiny model is built for it."""
+    name, max_new_tokens, eval_batch, head_chunk = "countdown", 12, 4096, 0
+
+    def splits(self, cfg) -> dict[str, list]:
+        return rc.make_splits(cfg)
+
+    def prompt(self, problem, tokenizer) -> str:
+        return problem.prompt
+
+    def reward(self, problem, text: str) -> float:
+        return rc.countdown_reward(problem, text)
+
+    def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
+        flat = [p for p in problems for _ in range(group_size)]
+        return [rc.response_key(p, t) for p, t in zip(flat, texts)]
+
+    def forms(self, problem, correct: list[str]) -> list[int]:
+        return rc.form_counts(problem, correct)
+
+    def tiny_base(self, cfg, splits: dict[str, list]):
+        """A character tokenizer and the tiny model SFT-ed on skewed demonstrations (cached under runs/cache)."""
+        tokenizer = rc.char_tokenizer(cfg.task)
+        return tokenizer, rc.load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"]))
+
+
+class CountdownLong(Countdown):
+    """The same problems answered by a derivation whose tokens are fork, style or determined (reco_countdown)."""
+    name, max_new_tokens = "countdown-long", rc.LONG_MAX_NEW_TOKENS
+
+    def token_labels(self, problems: list, group_size: int, texts: list[str], resp, mask,
+                     tokenizer) -> list[list[str]]:
+        return rc.token_labels(resp, mask, tokenizer)
+
+
+class Math(Task):
+    """Math word problems from a JSONL file ('problem', 'answer'), graded by reco_grader; needs --model."""
+    name = "math"
+
+    def splits(self, cfg) -> dict[str, list]:
+        return reco_io.math_splits(cfg.data, cfg.eval_data)
+
+    def prompt(self, problem, tokenizer) -> str:
+        from reco_data import build_prompt  # the model's chat template, else plain text
+
+        return build_prompt(tokenizer, problem["problem"], self.template(tokenizer))
+
+    @staticmethod
+    def template(tokenizer) -> str:
+        return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
+
+    def reward(self, problem, text: str) -> float:
+        from reco_grader import grade_answer  # a safe parser and sympy, time-bounded
+
+        return float(grade_answer(text, problem["answer"]))
+
+    def stop_ids(self, tokenizer, model) -> list[int]:
+        """The EOS, the model's generation config's EOS ids and a chat turn's end (reco_io.stop_token_ids)."""
+        return reco_io.stop_token_ids(tokenizer, self.template(tokenizer), getattr(model, "generation_config", None))
+
+    def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
+        """The normalised last \\boxed answer; a response without one keys on its own text."""
+        from reco_grader import _last_boxed, _normalize
+
+        boxes = [_last_boxed(t) for t in texts]
+        return [f"answer:{_normalize(b)[0]}" if b is not None else f"text:{t}" for b, t in zip(boxes, texts)]
+
+
+TASKS: dict[str, Task] = {task.name: task for task in (Countdown(), CountdownLong(), Math())}

@@ -1,0 +1,67 @@
+"""A study's logged rows are unchanged by moving its diagnostics out of reco_mini's loop (issue 35).
+
+train_rl with the studies' hook (experiments/diagnostics.on_step) writes, bit for bit, the rows and the final weights
+of train_rl as of commit b577fbf (tests/fixtures/train_rl_b577fbf.py, verbatim), which computed the diagnostics in the
+loop: the long study's task and arms, a few steps. Without the hook, train_rl computes none of them.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import reco_mini
+from reco_countdown import char_tokenizer, make_splits, tiny_model
+from reco_task import TASKS
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+import diagnostics  # noqa: E402
+
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(path: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time_")}
+            for line in (path / "log.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [["--method", "reco", "--occurrence", "canonical"],
+                                  ["--method", "reco-token", "--kl-coef", "0.05"]])
+def test_study_rows_are_bit_identical_to_b577fbf(tmp_path, monkeypatch, argv):
+    # A random model seldom solves Countdown: a reward of the response's length keeps the advantages non-zero.
+    old = _load(ROOT / "tests" / "fixtures" / "train_rl_b577fbf.py")
+    reward = lambda problem, text: float(len(text) % 3 == 0)  # noqa: E731
+    monkeypatch.setattr(old, "reward", reward)
+    monkeypatch.setattr(TASKS["countdown-long"], "reward", reward)
+    cfg = reco_mini.parse_config(["--task", "countdown-long", "--n-train", "32", "--n-test", "4", "--steps", "3",
+                                  "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24", *argv])
+    tok = char_tokenizer(cfg.task)
+    torch.manual_seed(0)
+    base = tiny_model(tok, 32, 2, 128).requires_grad_(False)
+    problems = make_splits(cfg)["train"]
+    runs = {}
+    for name, train, hook in (("old", old.train_rl, None), ("new", reco_mini.train_rl, diagnostics.on_step),
+                              ("plain", reco_mini.train_rl, None)):
+        model = tiny_model(tok, 32, 2, 128)
+        model.load_state_dict(base.state_dict())
+        (tmp_path / name).mkdir()
+        train(cfg, cfg.method_list[0], model, base, tok, problems, tmp_path / name, **({"on_step": hook} if hook else {}))
+        runs[name] = (_rows(tmp_path / name), model.state_dict())
+    (old_rows, old_state), (new_rows, new_state) = runs["old"], runs["new"]
+    assert len(old_rows) == 3 and new_rows == old_rows and list(new_rows[0]) == list(old_rows[0])  # same order too
+    assert all(torch.equal(old_state[k], new_state[k]) for k in old_state)
+    assert "share_fork" in old_rows[0] and all(row["adv_abs_mean"] > 0 for row in old_rows)
+    plain = runs["plain"][0]
+    assert [{k: r[k] for k in p} for r, p in zip(old_rows, plain)] == plain  # the same run, without the diagnostics
+    assert not {"share_fork", "dup_exact", "w_dev_sequence"} & set(plain[0])
