@@ -5,7 +5,8 @@ parallel. The core is math-verify's LaTeX `parse` and `verify` (the library TRL'
 inside this envelope of rules:
 
 1. The answer is the last ``\boxed{}`` (or ``\fbox{}``) of a response; when a response has several boxes, their
-   list is tried too (``\boxed{1},\boxed{2}`` answers ``\{1,2\}``). No box, no answer.
+   list is tried too (``\boxed{1},\boxed{2}`` answers ``\{1,2\}``). No box, no answer. A gold with several
+   boxes is their list.
 2. Exact integers and rationals compare exactly, and a decimal is the exact number it writes: ``0.5`` is 1/2, but
    ``0.333`` is not 1/3 and ``12000023`` is not ``12000000``. A percent answer also matches its value over 100.
 3. A decimal against an irrational number (``1.7320508`` for ``\sqrt{3}``) matches within relative tolerance 1e-6,
@@ -57,13 +58,17 @@ _BOX = re.compile(r"\\(?:boxed|fbox)(?: +([^\s{$]+)|\s*\{)")
 _SPACE = r"(?:\s|\\[,;: ]|~)+"  # what may sit between two digits of one number
 _THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:" + _SPACE + r"\d{3})+(?![\d])")
 _SIDE_BY_SIDE = re.compile(r"\d" + _SPACE + r"\.?\d")
+_SEPARATORS = re.compile(r"(?:\s|[,;&$.]|\\[()\[\]]|\\q?quad|\\text\s*\{\s*(?:and|or|,)?\s*\}|and|or)*")
 _PRIME = re.compile(r"'|\\prime(?![a-zA-Z])")
 
 
 def _boxes(s: str) -> list[str]:
-    """The contents of every \\boxed{...} or \\fbox{...} of s (nested braces; also "\\boxed 5"), in order."""
+    """The contents of the \\boxed{...} or \\fbox{...} of s (nested braces; also "\\boxed 5"), in order: the last
+    box and the boxes before it that only separators (commas, "and", "or", spaces, math delimiters) part from it."""
     out, pos = [], 0
     while (m := _BOX.search(s, pos)) is not None:
+        if out and not _SEPARATORS.fullmatch(s, pos, m.start()):
+            out = []  # text between two boxes: only the later one counts
         pos = m.end()
         if m.group(1):
             out.append(m.group(1))
@@ -108,6 +113,12 @@ def _join_thousands(s: str) -> str | None:
     return None if _SIDE_BY_SIDE.search(s) else s
 
 
+def _trim(s: str) -> str:
+    """s without outer space and a dangling backslash ("185\\" is 185)."""
+    s = s.strip()
+    return s[:-1].rstrip() if s.endswith("\\") and not s.endswith("\\\\") else s
+
+
 def _candidates(response: str, gold: str) -> tuple[list[str], str] | None:
     """(the answers to try, the gold), both pre-checked by rules 1, 4 and 5, or None when the response is wrong."""
     if not isinstance(response, str) or not isinstance(gold, str):
@@ -117,8 +128,8 @@ def _candidates(response: str, gold: str) -> tuple[list[str], str] | None:
     if not boxes or not gold_boxes:
         return None
     answers = [boxes[-1]] + ([", ".join(boxes)] if len(boxes) > 1 else [])
-    gold = _join_thousands(gold_boxes[-1].strip())
-    answers = [a for a in map(_join_thousands, answers) if a is not None and a.strip() and len(a) <= _MAX_LEN]
+    gold = _join_thousands(_trim(", ".join(gold_boxes)))
+    answers = [a for a in (_join_thousands(_trim(a)) for a in answers) if a and len(a) <= _MAX_LEN]
     if gold is None or not gold or len(gold) > _MAX_LEN:
         return None
     primes = len(_PRIME.findall(gold))
