@@ -5,15 +5,16 @@ parallel. The core is math-verify's LaTeX `parse` and `verify` (the library TRL'
 inside this envelope of rules:
 
 1. The answer is the last ``\boxed{}`` (or ``\fbox{}``) of a response; when a response has several boxes, their
-   list is tried too (``\boxed{1},\boxed{2}`` answers ``\{1,2\}``). No box, no answer. A gold with several
-   boxes is their list.
+   list is tried too (``\boxed{1},\boxed{2}`` answers ``\{1,2\}``) when only separators or a short conjunction
+   ("and", a comma; no "but", "not", "wait") part them. No box, no answer. A gold with several boxes is their list.
 2. Exact integers and rationals compare exactly, and a decimal is the exact number it writes: ``0.5`` is 1/2, but
    ``0.333`` is not 1/3 and ``12000023`` is not ``12000000``. A percent answer also matches its value over 100.
 3. A decimal against an irrational number (``1.7320508`` for ``\sqrt{3}``) matches within relative tolerance 1e-6,
    and only if math-verify's rounding to 6 decimals matches too. Any other pair of numbers math-verify accepts must
    agree within 1e-6 relatively (math-verify's rounding alone would pay ``1e-7`` for ``2e-7``).
-4. Digits separated only by spaces are one number when they form thousands groups (``1 000 000``, ``1\,000``);
-   otherwise the answer is refused: numbers side by side are not a product (``1 2`` is not 2, nor 12).
+4. Digits separated only by spaces are one number when they form thousands groups (``1 000 000``, ``1\,000``),
+   and an integer before a proper fraction is a mixed number (``7 3/4`` is 31/4); otherwise the answer is refused:
+   numbers side by side are not a product (``1 2`` is not 2, nor 12).
 5. Primes count: ``E`` is not ``E'``.
 6. Model output is never executed: only math-verify's LaTeX extraction runs (its plain-expression extraction calls
    sympy's ``parse_expr``, which evaluates Python), and inside a worker the few ``sympify`` calls of
@@ -59,6 +60,9 @@ _SPACE = r"(?:\s|\\[,;: ]|~)+"  # what may sit between two digits of one number
 _THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:" + _SPACE + r"\d{3})+(?![\d])")
 _SIDE_BY_SIDE = re.compile(r"\d" + _SPACE + r"\.?\d")
 _SEPARATORS = re.compile(r"(?:\s|[,;&$.]|\\[()\[\]]|\\q?quad|\\text\s*\{\s*(?:and|or|,)?\s*\}|and|or)*")
+_CONJUNCTION = re.compile(r",|;|\band\b")
+_RETRACTION = re.compile(r"\b(?:no|not|but|instead|wrong|actually|reflection|wait|correct(?:ion|ed)?)\b", re.I)
+_MIXED = re.compile(r"(?<![\d.])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d.])")  # 7 3/4
 _PRIME = re.compile(r"'|\\prime(?![a-zA-Z])")
 
 
@@ -67,8 +71,10 @@ def _boxes(s: str) -> list[str]:
     box and the boxes before it that only separators (commas, "and", "or", spaces, math delimiters) part from it."""
     out, pos = [], 0
     while (m := _BOX.search(s, pos)) is not None:
-        if out and not _SEPARATORS.fullmatch(s, pos, m.start()):
-            out = []  # text between two boxes: only the later one counts
+        between = s[pos:m.start()]
+        if out and not (_SEPARATORS.fullmatch(between) or len(between) <= 40 and _CONJUNCTION.search(between)
+                        and not _RETRACTION.search(between)):
+            out = []  # other text between two boxes: only the later one counts
         pos = m.end()
         if m.group(1):
             out.append(m.group(1))
@@ -109,6 +115,7 @@ def _normalize(s: str) -> tuple[str, bool, bool]:
 
 def _join_thousands(s: str) -> str | None:
     """s with thousands groups joined ("1 000" -> "1000"), or None when other digits sit side by side (rule 4)."""
+    s = _MIXED.sub(lambda m: f"{m[1]}\\frac{{{m[2]}}}{{{m[3]}}}" if int(m[2]) < int(m[3]) else m[0], s)
     s = _THOUSANDS.sub(lambda m: re.sub(_SPACE, "", m.group(0)), s)
     return None if _SIDE_BY_SIDE.search(s) else s
 
