@@ -19,10 +19,12 @@ inside this envelope of rules:
 6. Model output is never executed: only math-verify's LaTeX extraction runs (its plain-expression extraction calls
    sympy's ``parse_expr``, which evaluates Python), and inside a worker the few ``sympify`` calls of
    latex2sympy2_extended's sets and logic run in strict mode, which refuses strings.
-7. A hard wall-clock bound: each comparison runs in a worker process (a fresh interpreter: never a fork of the
-   caller, which may hold torch threads) that is killed and replaced when it exceeds its limit (`TIMEOUT_S`, 2 s);
-   the answer is then False. Workers start lazily, are reused, die with their parent (an alarm ends a worker that outlives its
-   limit, and an empty pipe ends an idle one) and are stopped at exit. Any thread may call; `WORKERS` comparisons
+7. A hard wall-clock bound: each comparison runs in a worker process that is killed and replaced when it exceeds
+   its limit (`TIMEOUT_S`, 2 s); the answer is then False. Workers are forked, in milliseconds, by one clean
+   interpreter started for this (never a fork of the caller, which may hold torch threads) that has the parser
+   imported. Workers start at the first call (all at once, in the background), are reused, are
+   replaced in the background, die with their parent (an alarm ends one that outlives its limit, and the end of its
+   input an idle one) and are stopped at exit. Any thread may call; `WORKERS` comparisons
    run at once. A worker may use `WORKER_MEMORY_BYTES` of address space. Anything that fails is simply False.
 """
 from __future__ import annotations
@@ -121,9 +123,12 @@ def _join_thousands(s: str) -> str | None:
 
 
 def _trim(s: str) -> str:
-    """s without outer space and a dangling backslash ("185\\" is 185)."""
-    s = s.strip()
-    return s[:-1].rstrip() if s.endswith("\\") and not s.endswith("\\\\") else s
+    """s without outer space, a closing period or a dangling backslash ("185\\" is 185), with ° as ^\\circ and a
+    number in scientific notation as a power of ten (1.5e-3)."""
+    s = s.strip().removesuffix(".").rstrip()
+    s = s[:-1].rstrip() if s.endswith("\\") and not s.endswith("\\\\") else s
+    s = s.replace("°", "^{\\circ}")
+    return re.sub(r"^([-+]?\d+(?:\.\d+)?)[eE]([-+]?\d{1,4})$", r"\1\\times 10^{\2}", s)
 
 
 def _candidates(response: str, gold: str) -> tuple[list[str], str] | None:
@@ -186,15 +191,19 @@ def _numbers_match(x, y) -> bool:
 
 
 def _numbers_disagree(a, b, percent: bool) -> bool:
-    """Whether two values math-verify found equal hold numbers that rules 2 and 3 find different: scalars, and
-    the entries of tuples, intervals and matrices of the same shape, element by element."""
+    """Whether two values math-verify found equal hold numbers that rules 2 and 3 find different (scalars, and the
+    entries of tuples, intervals and matrices of the same shape, element by element), or are an interval and a
+    list."""
     import sympy
+    from latex2sympy2_extended.sets import FiniteSet
 
     a, b = (v.rhs if isinstance(v, sympy.Eq) and isinstance(v.lhs, sympy.Symbol) else v for v in (a, b))
     if isinstance(a, sympy.Expr) and isinstance(b, sympy.Expr) and a.is_number and b.is_number:
         x, y = _value(a), _value(b)
         scaled = [(x * 100, y), (x, y * 100)] if percent else []
         return not any(_numbers_match(u, v) for u, v in [(x, y)] + scaled)
+    if {type(a), type(b)} & {sympy.Interval} and {type(a), type(b)} & {sympy.FiniteSet, FiniteSet}:
+        return True  # the interval (1,2) is not the pair of solutions 1, 2
     parts = {sympy.Tuple: lambda v: v.args, sympy.Interval: lambda v: v.args[:2], sympy.MatrixBase: lambda v: v.flat()}
     for kind, items in parts.items():
         if isinstance(a, kind) and isinstance(b, kind) and len(items(a)) == len(items(b)):
@@ -219,58 +228,133 @@ def _verdict(answers: list[str], gold: str) -> bool:
     return False
 
 
-def _serve(limit_s: float) -> None:
-    """A worker's loop: one JSON line [answers, gold] in on stdin, "1" or "0" out on stdout. An alarm ends the
-    process if one call outlives its limit by far (the parent has then killed it already, or died); the end of
-    stdin ends it when idle."""
-    import json
-    import logging
+def _serve(inbox, outbox) -> None:
+    """A worker's loop: one JSON line [answers, gold, limit_s] in, "1" or "0" out. An alarm ends the process if one
+    call outlives its limit by far (the parent has then killed it already, or died); the end of its input ends it
+    when idle."""
     import resource
     import signal
-    import warnings
 
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)  # math-verify warns that its own (signal) timeout is off: ours is the process
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _install_guards()
-    _verdict(["1"], "1")  # warm the parser's caches before answering ready
-    print("ready", flush=True)
-    for line in sys.stdin:
-        signal.setitimer(signal.ITIMER_REAL, 2 * limit_s + 5)  # SIGALRM's default action ends the process
+    outbox.write("ready\n")
+    for line in inbox:
         try:
-            answers, gold = json.loads(line)
+            answers, gold, limit_s = json.loads(line)
+            signal.setitimer(signal.ITIMER_REAL, 2 * limit_s + 5)  # SIGALRM's default action ends the process
             result = _verdict(answers, gold)
         except BaseException:  # noqa: BLE001 - a parser failure, a recursion limit, MemoryError: wrong
             result = False
         signal.setitimer(signal.ITIMER_REAL, 0)
-        print(int(bool(result)), flush=True)
+        outbox.write(f"{int(bool(result))}\n")
+
+
+def _zygote(control_fd: int) -> None:
+    """A fresh interpreter (no torch, no threads) that imports and warms the parser once, then forks one worker per
+    request: two pipe ends come in over the control socket, the worker's pid goes back. Ends with its parent."""
+    import logging
+    import signal
+    import socket
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)  # math-verify warns that its own (signal) timeout is off: ours is the process
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped as they end
+    _install_guards()
+    _verdict(["1"], "1")  # imports and caches, inherited by every worker
+    control = socket.socket(fileno=control_fd)
+    control.sendall(b"ready\n")
+    while True:
+        _, fds, _, _ = socket.recv_fds(control, 16, 2)
+        if len(fds) != 2:
+            return  # the parent has gone
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            try:
+                _serve(os.fdopen(fds[0], "r", encoding="utf-8"), os.fdopen(fds[1], "w", encoding="utf-8", buffering=1))
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        control.sendall(f"{pid}\n".encode())
 
 
 # -- in the caller: the pool of workers --------------------------------------------------------------------------------
 
-class _Worker:
-    """A fresh interpreter (subprocess: never a fork of the caller, and no re-import of its __main__) running _serve."""
+class _Zygote:
+    """The caller's handle on _zygote: a subprocess (never a fork of the caller, which may hold torch threads, and no
+    re-import of its __main__), started once, asked for workers one at a time."""
 
-    def __init__(self, limit_s: float) -> None:
+    def __init__(self) -> None:
+        import socket
+
+        self.control, theirs = socket.socketpair()
         here = os.path.dirname(os.path.abspath(__file__))
-        code = f"import sys; sys.path.insert(0, {here!r}); import reco_grader; reco_grader._serve({limit_s!r})"
-        self.limit_s = limit_s
-        self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, encoding="utf-8", bufsize=1)
+        code = f"import sys; sys.path.insert(0, {here!r}); import reco_grader; reco_grader._zygote({theirs.fileno()})"
+        self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()])
+        theirs.close()
+        self.lock = threading.Lock()
+        if self._line(_START_TIMEOUT_S) != "ready":
+            self.close()
+            raise RuntimeError(f"reco_grader: the grading process did not start within {_START_TIMEOUT_S:.0f} s")
+
+    def _line(self, wait_s: float) -> str | None:
+        ready, _, _ = select.select([self.control], [], [], wait_s)
+        data = b""
+        while ready and not data.endswith(b"\n"):
+            chunk = self.control.recv(64)
+            if not chunk:
+                return None
+            data += chunk
+        return data.decode().strip() if ready else None
+
+    def fork(self, inbox_fd: int, outbox_fd: int) -> int:
+        import socket
+
+        with self.lock:
+            socket.send_fds(self.control, [b"w"], [inbox_fd, outbox_fd])
+            pid = self._line(_START_TIMEOUT_S)
+        if pid is None:
+            raise RuntimeError("reco_grader: the grading process did not start a worker")
+        return int(pid)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        self.control.close()
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+class _Worker:
+    """A process forked by the zygote, talking over two pipes."""
+
+    def __init__(self, zygote: _Zygote) -> None:
+        their_in, self._to = os.pipe()
+        self._from, their_out = os.pipe()
+        try:
+            self.pid = zygote.fork(their_in, their_out)
+        finally:
+            os.close(their_in)
+            os.close(their_out)
+        self.inbox = os.fdopen(self._to, "w", encoding="utf-8", buffering=1)
+        self.outbox = os.fdopen(self._from, "r", encoding="utf-8")
         if self._read(_START_TIMEOUT_S) != "ready":
             self.stop()
             raise RuntimeError(f"reco_grader: a grading worker did not start within {_START_TIMEOUT_S:.0f} s")
 
     def _read(self, wait_s: float) -> str | None:
-        ready, _, _ = select.select([self.process.stdout], [], [], wait_s)
-        return self.process.stdout.readline().strip() if ready else None
+        ready, _, _ = select.select([self.outbox], [], [], wait_s)
+        return self.outbox.readline().strip() if ready else None
 
     def grade(self, answers: list[str], gold: str, limit_s: float) -> bool | None:
         """The verdict, or None when the worker overran limit_s or died (it is then stopped)."""
         try:
-            self.process.stdin.write(json.dumps([answers, gold]) + "\n")
-            self.process.stdin.flush()
+            self.inbox.write(json.dumps([answers, gold, limit_s]) + "\n")
             line = self._read(limit_s)
         except (OSError, ValueError):
             line = None
@@ -280,10 +364,11 @@ class _Worker:
         return None
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout):
+        try:
+            os.kill(self.pid, 9)
+        except ProcessLookupError:
+            pass
+        for stream in (self.inbox, self.outbox):
             try:
                 stream.close()
             except OSError:
@@ -291,14 +376,19 @@ class _Worker:
 
 
 class _Pool:
-    """WORKERS slots. Ready workers are taken first; an empty slot (None) starts one lazily, and a worker killed
-    for overrunning is replaced in the background so that the next call does not wait for its start."""
+    """WORKERS slots, all started in the background when the pool is made (at the first grading call). A worker
+    killed for overrunning is replaced in the background too, so that a call waits for a worker only while every
+    one of them is busy or starting; a slot whose start failed holds None and starts its worker on use."""
 
     def __init__(self, size: int) -> None:
         self.pid = os.getpid()
-        self.slots: collections.deque = collections.deque([None] * size)
+        self.slots: collections.deque = collections.deque()
         self.ready = threading.Condition()
         self.workers: set[_Worker] = set()
+        self.zygote: _Zygote | None = None
+        self.zygote_lock = threading.Lock()
+        for _ in range(size):
+            threading.Thread(target=self._refill, daemon=True).start()
 
     def _take(self) -> _Worker | None:
         with self.ready:
@@ -313,32 +403,32 @@ class _Pool:
                 self.slots.append(worker)
             self.ready.notify()
 
-    def _start(self, limit_s: float) -> _Worker:
-        worker = _Worker(limit_s)
+    def _start(self) -> _Worker:
+        with self.zygote_lock:
+            if self.zygote is None or not self.zygote.alive():
+                self.zygote = _Zygote()
+        worker = _Worker(self.zygote)
         self.workers.add(worker)
         return worker
 
-    def _refill(self, limit_s: float) -> None:
+    def _refill(self) -> None:
         try:
-            self._give(self._start(limit_s))
+            self._give(self._start())
         except RuntimeError:
             self._give(None)
 
     def grade(self, answers: list[str], gold: str, limit_s: float) -> bool:
         worker = self._take()
         try:
-            if worker is not None and worker.limit_s != limit_s:
-                self._drop(worker)
-                worker = None
             if worker is None:
-                worker = self._start(limit_s)
+                worker = self._start()
             verdict = worker.grade(answers, gold, limit_s)
         except BaseException:
             self._give(worker)
             raise
         if verdict is None:
             self._drop(worker)
-            threading.Thread(target=self._refill, args=(limit_s,), daemon=True).start()
+            threading.Thread(target=self._refill, daemon=True).start()
         else:
             self._give(worker)
         return bool(verdict)
@@ -350,6 +440,8 @@ class _Pool:
     def close(self) -> None:
         for worker in list(self.workers):
             self._drop(worker)
+        if self.zygote is not None:
+            self.zygote.close()
 
 
 _pool: _Pool | None = None
