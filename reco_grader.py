@@ -7,11 +7,13 @@ inside this envelope of rules:
 1. The answer is the last ``\boxed{}`` (or ``\fbox{}``) of a response; when a response has several boxes, their
    list is tried too (``\boxed{1},\boxed{2}`` answers ``\{1,2\}``) when only separators or a short conjunction
    ("and", a comma; no "but", "not", "wait") part them. No box, no answer. A gold with several boxes is their list.
-2. Exact integers and rationals compare exactly, and a decimal is the exact number it writes: ``0.5`` is 1/2, but
-   ``0.333`` is not 1/3 and ``12000023`` is not ``12000000``. A percent answer also matches its value over 100.
-3. A decimal against an irrational number (``1.7320508`` for ``\sqrt{3}``) matches within relative tolerance 1e-6,
-   and only if math-verify's rounding to 6 decimals matches too. Any other pair of numbers math-verify accepts must
-   agree within 1e-6 relatively (math-verify's rounding alone would pay ``1e-7`` for ``2e-7``).
+2. Exact integers and rationals compare exactly, and a decimal is the exact number it writes: ``0.5`` is 1/2,
+   ``12000023`` is not ``12000000`` and ``1e-7`` is not ``2e-7`` (math-verify's rounding to 6 decimals would pay
+   that). A percent answer also matches its value over 100.
+3. A decimal that approximates a number it cannot write exactly, a fraction without a finite decimal expansion or
+   an irrational (``0.0833333333333333`` for 1/12, ``1.7320508`` for ``\sqrt{3}``), matches within relative
+   tolerance 1e-6, and only if math-verify's rounding to 6 decimals matches too: ``0.333`` is not 1/3. Any other
+   pair of numbers math-verify accepts must agree within 1e-6 relatively.
 4. Digits separated only by spaces are one number when they form thousands groups (``1 000 000``, ``1\,000``),
    and an integer before a proper fraction is a mixed number (``7 3/4`` is 31/4); otherwise the answer is refused:
    numbers side by side are not a product (``1 2`` is not 2, nor 12).
@@ -180,20 +182,30 @@ def _value(v):
     return v.xreplace({f: sympy.Rational(str(f)) for f in v.atoms(sympy.Float)})
 
 
+def _terminates(r) -> bool:
+    """Whether the rational r has a finite decimal expansion (1/4 does, 1/3 does not)."""
+    q = int(r.q)
+    for p in (2, 5):
+        while q % p == 0:
+            q //= p
+    return q == 1
+
+
 def _numbers_match(x, y) -> bool:
     """Rules 2 and 3 for two sympy numbers."""
     import sympy
 
     if x.is_Rational and y.is_Rational:
-        return x == y
+        if x == y or _terminates(x) == _terminates(y):
+            return x == y
     nx, ny = sympy.N(x, 30), sympy.N(y, 30)
     return bool(abs(nx - ny) <= _RTOL * max(abs(nx), abs(ny)))
 
 
 def _numbers_disagree(a, b, percent: bool) -> bool:
     """Whether two values math-verify found equal hold numbers that rules 2 and 3 find different (scalars, and the
-    entries of tuples, intervals and matrices of the same shape, element by element), or are an interval and a
-    list."""
+    entries of tuples, intervals and matrices of the same shape, element by element), or are a gold list answered
+    by an interval."""
     import sympy
     from latex2sympy2_extended.sets import FiniteSet
 
@@ -202,8 +214,8 @@ def _numbers_disagree(a, b, percent: bool) -> bool:
         x, y = _value(a), _value(b)
         scaled = [(x * 100, y), (x, y * 100)] if percent else []
         return not any(_numbers_match(u, v) for u, v in [(x, y)] + scaled)
-    if {type(a), type(b)} & {sympy.Interval} and {type(a), type(b)} & {sympy.FiniteSet, FiniteSet}:
-        return True  # the interval (1,2) is not the pair of solutions 1, 2
+    if isinstance(a, (sympy.FiniteSet, FiniteSet)) and isinstance(b, sympy.Interval):
+        return True  # the interval (1,2) does not answer the list of solutions 1, 2
     parts = {sympy.Tuple: lambda v: v.args, sympy.Interval: lambda v: v.args[:2], sympy.MatrixBase: lambda v: v.flat()}
     for kind, items in parts.items():
         if isinstance(a, kind) and isinstance(b, kind) and len(items(a)) == len(items(b)):
