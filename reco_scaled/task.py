@@ -2,7 +2,8 @@
 
 task: countdown uses reco_countdown's problems (make_splits) and reco_mini's prompt and reward.
 task: math reads problems with reco_scaled.data.load_problems, formats them with
-reco_scaled.data.build_prompt and grades with reco_mini.grade_answer (through reco_mini.reward).
+reco_scaled.data.build_prompt and grades a step's responses at once with reco_grader.grade_many (the batch form of
+reco_mini.reward's grade_answer).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from reco_countdown import make_splits
+from reco_grader import grade_many
 from reco_mini import prompt_text, reward
 from reco_scaled.config import RunConfig
 
@@ -20,8 +22,12 @@ class Task:
     problems: list  # reco_mini.Problem (countdown) or {"problem", "answer"} dicts (math)
     prompt_ids: list[list[int]]  # tokenised prompt of each problem
 
-    def reward(self, index: int, response: str) -> float:
-        return reward(self.problems[index], response)
+    def rewards(self, indices: list[int], responses: list[str]) -> list[float]:
+        """reward for each (problem index, response) pair; a math batch is graded in parallel (grade_many)."""
+        problems = [self.problems[i] for i in indices]
+        if problems and all(isinstance(p, dict) for p in problems):
+            return [float(ok) for ok in grade_many(responses, [p["answer"] for p in problems])]
+        return [reward(p, r) for p, r in zip(problems, responses)]
 
 
 def load_task(cfg: RunConfig, tokenizer) -> Task:

@@ -309,6 +309,7 @@ def _agreement(cases: list[dict], verdicts: list[bool]) -> tuple[int, dict[str, 
     return sum(ok for ok, _ in per.values()), {k: f"{ok}/{n}" for k, (ok, n) in sorted(per.items())}
 
 
+@pytest.mark.slow
 def test_corpus_pays_no_wrong_answer_and_agrees_at_least_as_math_verify() -> None:
     """The agreement of grade_answer and of math-verify alone with the verdicts of six projects' test suites
     (benchmarks/grader.py prints the same with the old grader and throughput)."""
@@ -343,7 +344,8 @@ NEVER_PAID = [
 ]
 PAID = [
     (B("1 000 000"), "1000000"), (B("1\\,000\\,000"), "10^6"), (B("12 500"), "12500"), (B("7 3/4"), "\\frac{31}{4}"),
-    (B("7\\frac{3}{4}"), "7.75"), (B("0.5"), "\\frac{1}{2}"), (B("0.0833333333333333"), "\\frac{1}{12}"), (B("1.7320508"), "\\sqrt{3}"), (B("28"), "28\\%"),
+    (B("7\\frac{3}{4}"), "7.75"), (B("0.5"), "\\frac{1}{2}"), (B("0.0833333333333333"), "\\frac{1}{12}"),
+    (B("1.7320508"), "\\sqrt{3}"), (B("28"), "28\\%"),
     (B("0.28"), "28\\%"), (B("f'"), "f'"), (B("E'"), "E'"), ("\\boxed{1},\\boxed{2},\\boxed{3}", "\\{1,2,3\\}"),
     ("\\boxed{1} and \\boxed{2}", "\\boxed{2}, \\boxed{1}"), (B("1.5e-3"), "0.0015"), (B("90°"), "90^\\circ"),
     (B("185\\"), "185"),
@@ -425,7 +427,7 @@ def test_wrong_types_are_false(bad: object) -> None:
 # -- the pool: batches, threads, kills, exit ------------------------------------------------------------------------------
 
 def test_grade_many_matches_grade_answer_and_checks_lengths() -> None:
-    pairs = [(r, g) for r, g, _ in TABLE[::7]] * 2  # repeated pairs are graded once
+    pairs = [(r, g) for r, g, _ in TABLE[::15]] * 2  # repeated pairs are graded once
     assert grade_many([r for r, _ in pairs], [g for _, g in pairs]) == [grade_answer(r, g) for r, g in pairs]
     assert grade_many([], []) == []
     with pytest.raises(ValueError, match="2 responses but 1 golds"):
