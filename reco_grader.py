@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 
 TIMEOUT_S = 2.0
 WORKERS = max(1, min(8, os.cpu_count() or 1))
@@ -67,6 +68,7 @@ _SEPARATORS = re.compile(r"(?:\s|[,;&$.]|\\[()\[\]]|\\q?quad|\\text\s*\{\s*(?:an
 _CONJUNCTION = re.compile(r",|;|\band\b")
 _RETRACTION = re.compile(r"\b(?:no|not|but|instead|wrong|actually|reflection|wait|correct(?:ion|ed)?)\b", re.I)
 _MIXED = re.compile(r"(?<![\d.])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d.])")  # 7 3/4
+_PLAIN_NUMBER = re.compile(r"[-+]?\d{1,300}(?:\.\d{1,300})?")
 _PRIME = re.compile(r"'|\\prime(?![a-zA-Z])")
 
 
@@ -484,6 +486,8 @@ def grade_answer(response: str, gold: str, timeout_s: float = TIMEOUT_S) -> bool
     answers, gold = found
     if any(re.sub(r"\s", "", a) == re.sub(r"\s", "", gold) for a in answers):
         return True
+    if all(_PLAIN_NUMBER.fullmatch(x) for x in answers + [gold]):  # the common case: exact, without a worker
+        return any(Fraction(a) == Fraction(gold) for a in answers)
     return _the_pool().grade(answers, gold, timeout_s)
 
 
