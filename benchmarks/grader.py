@@ -95,7 +95,8 @@ def main() -> None:
     print(f"{len(cases)} cases from {len({project(c['source']) for c in cases})} projects ({CORPUS.name}); "
           f"new grader: {reco_grader.WORKERS} workers, {reco_grader.TIMEOUT_S} s per call")
     old = old_grader()
-    reco_grader.grade_answer(r"\boxed{1}", "2")  # start a worker before timing
+    n = reco_grader.WORKERS
+    reco_grader.grade_many([rf"\boxed{{x_{k}}}" for k in range(2 * n)], ["y"] * (2 * n))  # every worker started
     runs = {"old grader (whitelist parser, " + OLD_COMMIT + ")": old.grade_answer, "new grader (reco_grader)":
             reco_grader.grade_answer, "math-verify alone (0.9 defaults)": math_verify_alone}
     throughput = []
