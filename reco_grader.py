@@ -68,7 +68,7 @@ _SEPARATORS = re.compile(r"(?:\s|[,;&$.]|\\[()\[\]]|\\q?quad|\\text\s*\{\s*(?:an
 _CONJUNCTION = re.compile(r",|;|\band\b")
 _RETRACTION = re.compile(r"\b(?:no|not|but|instead|wrong|actually|reflection|wait|correct(?:ion|ed)?)\b", re.I)
 _MIXED = re.compile(r"(?<![\d.])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\d.])")  # 7 3/4
-_PLAIN_NUMBER = re.compile(r"[-+]?\d{1,300}(?:\.\d{1,300})?")
+_PLAIN_NUMBER = re.compile(r"[-+]?[0-9]{1,300}(?:\.[0-9]{1,300})?")
 _PRIME = re.compile(r"'|\\prime(?![a-zA-Z])")
 
 
