@@ -37,6 +37,7 @@ import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -247,7 +248,6 @@ def _serve(inbox, outbox) -> None:
     call outlives its limit by far (the parent has then killed it already, or died); the end of its input ends it
     when idle."""
     import resource
-    import signal
 
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     outbox.write("ready\n")
@@ -266,7 +266,6 @@ def _zygote(control_fd: int) -> None:
     """A fresh interpreter (no torch, no threads) that imports and warms the parser once, then forks one worker per
     request: two pipe ends come in over the control socket, the worker's pid goes back. Ends with its parent."""
     import logging
-    import signal
     import socket
     import warnings
 
@@ -328,8 +327,11 @@ class _Zygote:
         import socket
 
         with self.lock:
-            socket.send_fds(self.control, [b"w"], [inbox_fd, outbox_fd])
-            pid = self._line(_START_TIMEOUT_S)
+            try:
+                socket.send_fds(self.control, [b"w"], [inbox_fd, outbox_fd])
+                pid = self._line(_START_TIMEOUT_S)
+            except OSError:  # the zygote has died: the pool starts another
+                pid = None
         if pid is None:
             raise RuntimeError("reco_grader: the grading process did not start a worker")
         return int(pid)
@@ -366,9 +368,10 @@ class _Worker:
         return self.outbox.readline().strip() if ready else None
 
     def grade(self, answers: list[str], gold: str, limit_s: float) -> bool | None:
-        """The verdict, or None when the worker overran limit_s or died (it is then stopped)."""
+        """The verdict, or None when the worker overran limit_s or died grading (it is then stopped). Raises
+        BrokenPipeError when the worker was already dead (killed from outside): nothing was graded."""
+        self.inbox.write(json.dumps([answers, gold, limit_s]) + "\n")
         try:
-            self.inbox.write(json.dumps([answers, gold, limit_s]) + "\n")
             line = self._read(limit_s)
         except (OSError, ValueError):
             line = None
@@ -379,7 +382,7 @@ class _Worker:
 
     def stop(self) -> None:
         try:
-            os.kill(self.pid, 9)
+            os.kill(self.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         for stream in (self.inbox, self.outbox):
@@ -428,7 +431,7 @@ class _Pool:
     def _refill(self) -> None:
         try:
             self._give(self._start())
-        except RuntimeError:
+        except Exception:  # noqa: BLE001 - the slot stays, empty: its next user starts a worker and sees the error
             self._give(None)
 
     def grade(self, answers: list[str], gold: str, limit_s: float) -> bool:
@@ -436,7 +439,13 @@ class _Pool:
         try:
             if worker is None:
                 worker = self._start()
-            verdict = worker.grade(answers, gold, limit_s)
+            try:
+                verdict = worker.grade(answers, gold, limit_s)
+            except BrokenPipeError:  # found dead before grading: once more on a new worker
+                self._drop(worker)
+                worker = None
+                worker = self._start()
+                verdict = worker.grade(answers, gold, limit_s)
         except BaseException:
             self._give(worker)
             raise

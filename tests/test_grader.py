@@ -457,6 +457,18 @@ def test_an_overrunning_worker_is_killed_and_replaced(warm_pool) -> None:
     assert len(pool.workers) <= reco_grader.WORKERS
 
 
+def test_the_pool_recovers_when_its_zygote_dies(warm_pool) -> None:
+    """Workers killed from outside, with the process that forks them, are replaced by a new zygote's, and the
+    calls that found them dead are graded on the new ones."""
+    pool = reco_grader._the_pool()
+    old = pool.zygote.process.pid
+    for pid in [old] + [w.pid for w in pool.workers]:
+        os.kill(pid, 9)
+    time.sleep(0.2)
+    assert grade_many([B("x+x"), B("3x")], ["2x", "2x"]) == [True, False]
+    assert pool.zygote.process.pid != old
+
+
 def test_workers_end_with_their_parent(tmp_path) -> None:
     """A program that grades and exits leaves no grading process behind, nor does one that is killed."""
     code = ("import os, sys, reco_grader\n"
