@@ -1,4 +1,4 @@
-r"""Grading of math answers: is the answer a response boxes equivalent to the gold answer?
+r"""Grading of math answers: is a response's boxed answer equivalent to the gold answer?
 
 `grade_answer(response, gold) -> bool` is the single entry point; `grade_many(responses, golds)` grades a batch in
 parallel. The core is math-verify's LaTeX `parse` and `verify` (the library TRL's and open-r1's math rewards use),
@@ -17,17 +17,18 @@ inside this envelope of rules:
 4. Digits separated only by spaces are one number when they form thousands groups (``1 000 000``, ``1\,000``),
    and an integer before a proper fraction is a mixed number (``7 3/4`` is 31/4); otherwise the answer is refused:
    numbers side by side are not a product (``1 2`` is not 2, nor 12).
-5. Primes count: ``E`` is not ``E'``.
+5. Primes count: ``E`` is not ``E'``. Lists compare as sets, as in math-verify, but an interval does not answer a
+   list of solutions: ``(1,2)`` is not ``1, 2``.
 6. Model output is never executed: only math-verify's LaTeX extraction runs (its plain-expression extraction calls
    sympy's ``parse_expr``, which evaluates Python), and inside a worker the few ``sympify`` calls of
    latex2sympy2_extended's sets and logic run in strict mode, which refuses strings.
 7. A hard wall-clock bound: each comparison runs in a worker process that is killed and replaced when it exceeds
    its limit (`TIMEOUT_S`, 2 s); the answer is then False. Workers are forked, in milliseconds, by one clean
    interpreter started for this (never a fork of the caller, which may hold torch threads) that has the parser
-   imported. Workers start at the first call (all at once, in the background), are reused, are
-   replaced in the background, die with their parent (an alarm ends one that outlives its limit, and the end of its
-   input an idle one) and are stopped at exit. Any thread may call; `WORKERS` comparisons
-   run at once. A worker may use `WORKER_MEMORY_BYTES` of address space. Anything that fails is simply False.
+   imported. They start at the first call that needs one (which also waits about a second for that interpreter),
+   all at once, are reused, are replaced in the background, die with their parent (an alarm ends one that outlives
+   its limit, and the end of its input an idle one) and are stopped at exit. Any thread may call; `WORKERS`
+   comparisons run at once. A worker may use `WORKER_MEMORY_BYTES` of address space. Anything that fails is False.
 """
 from __future__ import annotations
 
@@ -486,7 +487,7 @@ def _close_pool() -> None:
 
 
 def grade_answer(response: str, gold: str, timeout_s: float = TIMEOUT_S) -> bool:
-    """True iff the answer `response` boxes is equivalent to `gold` (bare or boxed LaTeX), by the module's rules.
+    """True iff the boxed answer of `response` is equivalent to `gold` (bare or boxed LaTeX), by the module's rules.
 
     Never raises on any input and never evaluates text; answers within `timeout_s` plus a worker's restart."""
     found = _candidates(response, gold)
