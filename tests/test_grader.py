@@ -272,6 +272,11 @@ def test_table() -> None:
 
 # -- the corpus: public test suites of math-answer equivalence ---------------------------------------------------------
 
+# Each case is transcribed by hand from a project's own test of answer equivalence, cited in "source" as
+# "owner/repo path::test". The response is the model's text with its answer boxed: a source's prediction that has a
+# \boxed{} is kept whole, one that is a single $...$ span or a bare answer is boxed; predictions that are prose
+# without a box (free-text extraction tests) are left out. Golds lose their $ delimiters. NeMo-Skills tests both
+# orders of each pair, so both are cases. A pair that two sources share is kept once, under the first source.
 CORPUS = Path(__file__).parent / "data" / "grader_corpus.jsonl"
 # Cases whose verdict in its source we do not follow, and why. Nothing else may be paid against its source.
 SOURCE_OVERRULED = {
