@@ -382,7 +382,7 @@ def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Ge
                                     tokenizer.pad_token_id, gen)
     texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
     flat = [p for p in problems for _ in range(n)]
-    rewards = torch.tensor([task.reward(p, t) for p, t in zip(flat, texts)], device="cpu")
+    rewards = torch.tensor(task.rewards(flat, texts), device="cpu")
     return dict(prompt_ids=enc.input_ids, prompt_mask=enc.attention_mask, resp=resp, mask=mask,
                 texts=texts, rewards=rewards.view(len(problems), n))
 

@@ -28,6 +28,10 @@ class Task:
     def reward(self, problem, text: str) -> float:
         raise NotImplementedError
 
+    def rewards(self, problems: list, texts: list[str]) -> list[float]:
+        """reward of each (problem, text) pair: a rollout batch at once."""
+        return [self.reward(p, t) for p, t in zip(problems, texts)]
+
     def stop_ids(self, tokenizer, model) -> list[int]:
         """The tokens that end a response (reco_io.sample stops a row at the first of them)."""
         return [tokenizer.eos_token_id]
@@ -102,9 +106,15 @@ class Math(Task):
         return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
 
     def reward(self, problem, text: str) -> float:
-        from reco_grader import grade_answer  # a safe parser and sympy, time-bounded
+        from reco_grader import grade_answer  # math-verify in killable workers, time-bounded
 
         return float(grade_answer(text, problem["answer"]))
+
+    def rewards(self, problems: list, texts: list[str]) -> list[float]:
+        """A rollout batch graded in parallel in the grader's worker processes (reco_grader.grade_many)."""
+        from reco_grader import grade_many
+
+        return [float(ok) for ok in grade_many(texts, [p["answer"] for p in problems])]
 
     def stop_ids(self, tokenizer, model) -> list[int]:
         """The EOS, the model's generation config's EOS ids and a chat turn's end (reco_io.stop_token_ids)."""

@@ -7,7 +7,7 @@
 
 Problems: a JSONL of {"problem", "answer"} (reco_scaled.data.load_problems). Prompts: reco_scaled.data.build_prompt
 (--template qwen-boxed, or plain text; with --template chat, TRL applies the tokenizer's chat template itself).
-Reward: 1 when the completion's last \\boxed{} is equivalent to the answer (reco_grader.grade_answer), else 0.
+Reward: 1 when the completion's boxed answer is equivalent to the answer (reco_grader.grade_many), else 0.
 The model is any causal LM by hub name or local path; --tiny instead builds a random 2-layer Qwen2 with a
 character tokenizer, so the whole run needs no download (its reward stays 0: it shows the plumbing, not learning).
 Each step generates --prompts-per-step x --num-generations completions and takes one optimizer step on them, in
@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import reco_io  # noqa: E402
-from reco_grader import grade_answer  # noqa: E402
+from reco_grader import grade_many  # noqa: E402
 from reco_scaled.data import SYSTEM_PROMPT, DataError, build_prompt, load_problems  # noqa: E402
 from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer  # noqa: E402
 
@@ -83,7 +83,7 @@ def tiny_model_and_tokenizer():
 def boxed_reward(completions: list, answer: list[str], **kwargs) -> list[float]:
     """1.0 where the completion's last \\boxed{} is equivalent to the gold answer (a chat completion: its text)."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-    return [float(grade_answer(t, a)) for t, a in zip(texts, answer)]
+    return [float(ok) for ok in grade_many(texts, list(answer))]
 
 
 def main(argv: list[str] | None = None) -> dict:

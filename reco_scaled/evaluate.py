@@ -8,17 +8,16 @@
 Per problem it writes one line {benchmark, id, n, c, distinct_correct} to ``<out>/counts.jsonl`` as soon as
 the problem is graded, so Pass@k for any k <= n can be recomputed later (``--from-counts``, ``summarize``)
 and an interrupted run resumes where it stopped: problems already in counts.jsonl are not sampled again.
-Grading runs in a process pool (``reco_grader.grade_group``, which bounds its own time per comparison)
-while the engine samples the next problems. The Pass@k estimator is ``reco_mini.pass_at_k``.
+Grading runs in threads (``reco_grader.grade_group``, which grades a problem's responses at once on the grader's
+time-bounded worker processes) while the engine samples the next problems. The Pass@k estimator is ``reco_mini.pass_at_k``.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import sys
 from collections.abc import Callable, Iterable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -55,7 +54,7 @@ class EvalConfig:
     limit: int = 0  # first N problems of each benchmark (0 = all)
     prompts_per_call: int = 8  # problems per engine.generate call (n samples each)
     hf_batch_size: int = 64  # HF engine: sequences decoded together
-    workers: int = 4  # grading processes (0 = grade in this process)
+    workers: int = 4  # problems graded at once, in threads (0 = in the loop)
     ks: str = ""  # comma-separated k for the tables; default 1, 2, 4, ..., n
     from_counts: list[str] = field(default_factory=list)  # [name=]counts.jsonl to report
     compare: list[str] = field(default_factory=list)  # name=counts.jsonl runs to overlay on the plot
@@ -180,11 +179,8 @@ class _InlineExecutor(Executor):
 def _grading_pool(workers: int) -> Executor:
     if workers <= 0:
         return _InlineExecutor()
-    # forkserver: workers start from a clean process (never a fork of one holding CUDA or vLLM state),
-    # and only reco_grader (sympy, no torch) is imported, once in the server instead of once per worker.
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["reco_grader"])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    # threads: each problem's grade_group waits on reco_grader's own worker processes (clean, time-bounded)
+    return ThreadPoolExecutor(max_workers=workers)
 
 
 def _chunks(todo: list[tuple[int, dict]], size: int) -> Iterable[list[tuple[int, dict]]]:
@@ -319,7 +315,8 @@ def parse_config(argv: list[str] | None = None) -> EvalConfig:
     p.add_argument("--limit", type=int, default=d.limit, help="only the first N problems of each benchmark")
     p.add_argument("--prompts-per-call", type=int, default=d.prompts_per_call)
     p.add_argument("--hf-batch-size", type=int, default=d.hf_batch_size)
-    p.add_argument("--workers", type=int, default=d.workers, help="grading processes (0: in process)")
+    p.add_argument("--workers", type=int, default=d.workers,
+                   help="problems graded at once, in threads over reco_grader's worker processes (0: in the loop)")
     p.add_argument("--ks", default=d.ks, help="comma-separated k (default 1,2,4,...,n)")
     p.add_argument("--from-counts", nargs="+", default=[], metavar="[NAME=]PATH", help="report these counts files")
     p.add_argument("--compare", nargs="+", default=[], metavar="NAME=PATH", help="overlay these runs on the plot")

@@ -2,7 +2,8 @@
 
 task: countdown uses reco_countdown's problems (make_splits) and reco_task's prompt and reward.
 task: math reads problems with reco_scaled.data.load_problems, formats them with
-reco_scaled.data.build_prompt and grades with reco_grader.grade_answer (through reco_task's math task).
+reco_scaled.data.build_prompt and grades a step's responses at once through reco_task's math task
+(reco_grader.grade_many).
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ class Task:
     prompt_ids: list[list[int]]  # tokenised prompt of each problem
     task: object = TASKS["math"]  # the reco_task task that scores a response
 
-    def reward(self, index: int, response: str) -> float:
-        return self.task.reward(self.problems[index], response)
+    def rewards(self, indices: list[int], responses: list[str]) -> list[float]:
+        """The reward of each (problem index, response) pair; a math batch is graded in parallel (grade_many)."""
+        return self.task.rewards([self.problems[i] for i in indices], responses)
 
 
 def load_task(cfg: RunConfig, tokenizer) -> Task:

@@ -170,7 +170,7 @@ class Trainer:
         times["rollout"], t = time.perf_counter() - t, time.perf_counter()
 
         texts = self.tokenizer.batch_decode(ro.response_ids, skip_special_tokens=True)
-        scores = [self.task.reward(i, s) for i, s in zip([i for i in mine for _ in range(G)], texts)]
+        scores = self.task.rewards([i for i in mine for _ in range(G)], texts)
         rewards = torch.tensor(scores, device=d.device)
         rewards = rewards.view(Pr, G)
         times["reward"], t = time.perf_counter() - t, time.perf_counter()

@@ -1,28 +1,34 @@
-"""grade_answer: a table of answer pairs, math-verify as a second opinion, adversarial strings, and the time bound
-in thread and process pools (docs/design.md section 3.6, issue 4)."""
+"""grade_answer and grade_many: a table of answer pairs, the corpus of public test cases (tests/data/grader_corpus.jsonl)
+against math-verify alone, the rules that never pay a wrong answer, adversarial inputs within the time bound, and the
+worker pool (docs/design.md section 3.6, issues 4 and 33)."""
 from __future__ import annotations
 
-import multiprocessing
+import json
+import os
+import subprocess
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 import reco_grader
-from reco_grader import grade_answer
+from reco_grader import grade_answer, grade_many
 
 B = "\\boxed{{{}}}".format  # B("5") == "\\boxed{5}"
 
 # (response, gold, expected). Responses are model outputs (the last \boxed{} counts); golds are bare or boxed LaTeX.
 TABLE: list[tuple[str, str, bool]] = [
-    # integers and decimals; numbers match within relative tolerance 1e-4
+    # integers and decimals: exact numbers compare exactly
     (B("5"), "5", True),
     (B("5"), "6", False),
     (B("-3"), "-3", True),
     (B("3"), "-3", False),
     (B("5.0"), "5", True),
     (B("5.001"), "5", False),
-    (B("5.0001"), "5", True),
+    (B("5.0001"), "5", False),  # exact numbers compare exactly (rule 2)
     (B("0"), "0", True),
     (B("0.0001"), "0", False),
     (B("1024"), "2^{10}", True),
@@ -34,7 +40,7 @@ TABLE: list[tuple[str, str, bool]] = [
     (B("\\dfrac{3}{4}"), "\\frac34", True),
     (B("\\tfrac{2}{4}"), "\\frac{1}{2}", True),
     (B("1/2"), "\\frac12", True),
-    (B("0.33333"), "\\frac{1}{3}", True),
+    (B("0.33333"), "\\frac{1}{3}", False),  # a rounded answer is not right (rule 2)
     (B("0.33"), "\\frac{1}{3}", False),
     (B("\\frac{2}{3}"), "\\frac{3}{2}", False),
     (B("-\\frac{1}{2}"), "\\frac{-1}{2}", True),
@@ -52,7 +58,8 @@ TABLE: list[tuple[str, str, bool]] = [
     (B("\\frac{\\sqrt3}2"), "\\frac{\\sqrt{3}}{2}", True),
     (B("\\sqrt{2}"), "\\sqrt{3}", False),
     (B("1.73"), "\\sqrt{3}", False),
-    (B("1.73205"), "\\sqrt{3}", True),
+    (B("1.7320508"), "\\sqrt{3}", True),  # rule 3: 1e-6 and 6 decimals
+    (B("1.73205"), "\\sqrt{3}", False),
     (B("3\\sqrt{2}"), "\\sqrt{18}", True),
     (B("\\sqrt{12}"), "3\\sqrt{2}", False),
     (B("\\sqrt2"), "\\sqrt{2}", True),
@@ -77,12 +84,12 @@ TABLE: list[tuple[str, str, bool]] = [
     (B("2\\pi"), "2 \\pi", True),
     (B("\\pi/2"), "\\frac{\\pi}{2}", True),
     (B("\\frac{\\pi}{3}"), "\\frac{\\pi}{6}", False),
-    (B("3.14159"), "\\pi", True),
+    (B("3.14159"), "\\pi", False),
     (B("3.14"), "\\pi", False),
     (B("\\pi r^2"), "r^2\\pi", True),
-    (B("e^{i\\pi}"), "-1", True),
+    (B("e^{i\\pi}"), "-1", False),  # i is a symbol, as math-verify reads it
     (B("e^2"), "e^{2}", True),
-    (B("4\\pi"), "12.566", True),
+    (B("4\\pi"), "12.566", False),  # 12.566 is 4pi rounded: rule 3
     # powers and polynomials
     (B("x^2"), "x^{2}", True),
     (B("x^2+2x+1"), "(x+1)^2", True),
@@ -91,14 +98,14 @@ TABLE: list[tuple[str, str, bool]] = [
     (B("x^2-1"), "(x-1)(x+1)", True),
     (B("x^2+1"), "(x+1)^2", False),
     (B("2^{2^3}"), "256", True),
-    (B("2**10"), "1024", True),
+    (B("2**10"), "1024", False),  # LaTeX only: ** is Python
     # percentages: "50\%" equals both 50 and 0.5 (as math-verify does)
     (B("50\\%"), "50", True),
     (B("50"), "50\\%", True),
     (B("0.5"), "50\\%", True),
     (B("50\\%"), "0.5", True),
     (B("25\\%"), "50\\%", False),
-    (B("12.5\\%"), "12.5", True),
+    (B("12.5\\%"), "12.5", False),  # a percent answer is its value over 100 (math-verify)
     (B("0.125"), "12.5\\%", True),
     (B("0.5"), "50", False),
     (B("40\\%"), "0.5", False),
@@ -179,7 +186,7 @@ TABLE: list[tuple[str, str, bool]] = [
     (B("\\{5\\}"), "5", True),
     (B("1 \\pm \\sqrt{2}"), "1+\\sqrt2, 1-\\sqrt2", True),
     (B("1+\\sqrt{2}"), "1\\pm\\sqrt{2}", False),
-    (B("1,1,2"), "1,2,2", False),
+    (B("1,1,2"), "1,2,2", True),  # lists compare as sets (math-verify; Numina lists repeat tuples)
     (B("2,-2"), "\\pm 2", True),
     # infinity
     (B("\\infty"), "\\infty", True),
@@ -211,7 +218,7 @@ TABLE: list[tuple[str, str, bool]] = [
     (B("2(x+1)"), "2x+2", True),
     (B("\\sin^2 x + \\cos^2 x"), "1", True),
     (B("\\ln(e^2)"), "2", True),
-    (B("\\log_2 8"), "3", True),
+    (B("\\log_2 8"), "3", False),  # a known refusal: math-verify keeps log(8, 2) unevaluated
     (B("a+b"), "b+a", True),
     (B("a-b"), "b-a", False),
     (B("\\frac{1}{x+1}"), "(x+1)^{-1}", True),
@@ -233,8 +240,8 @@ TABLE: list[tuple[str, str, bool]] = [
     # complex numbers, absolute value, unicode
     (B("1+2i"), "2i+1", True),
     (B("1-2i"), "1+2i", False),
-    (B("i^2"), "-1", True),
-    (B("\\sqrt{-4}"), "2i", True),
+    (B("i^2"), "-1", False),
+    (B("\\sqrt{-4}"), "2i", False),
     (B("π/2"), "\\frac{\\pi}{2}", True),
     (B("−5"), "-5", True),
     # broken answers are wrong, never errors
@@ -249,33 +256,6 @@ TABLE: list[tuple[str, str, bool]] = [
     (B("\\unknowncommand{5}"), "5", False),
 ]
 
-# Every pair where math-verify (0.9) disagrees with the table, and why we keep our answer. Keys are (response, gold).
-TOLERANCE = "we compare numbers with relative tolerance 1e-4 (issue 4); math-verify rounds to about 6 decimals"
-MATH_VERIFY_DIFFERS: dict[tuple[str, str], str] = {
-    (B("5.0001"), "5"): TOLERANCE,
-    (B("0.33333"), "\\frac{1}{3}"): TOLERANCE,
-    (B("1.73205"), "\\sqrt{3}"): TOLERANCE,
-    (B("3.14159"), "\\pi"): TOLERANCE,
-    (B("4\\pi"), "12.566"): TOLERANCE,
-    (B("1e5"), "100000"): "we read 1e5 as scientific notation (issue 4); math-verify's LaTeX parser reads 1*e*5",
-    (B("1.5e-3"), "0.0015"): "we read 1.5e-3 as scientific notation; math-verify reads 1.5*e - 3",
-    (B("e^{i\\pi}"), "-1"): "we read a lone i as the imaginary unit; math-verify keeps it a symbol",
-    (B("i^2"), "-1"): "we read a lone i as the imaginary unit; math-verify keeps it a symbol",
-    (B("\\sqrt{-4}"), "2i"): "we read a lone i as the imaginary unit; math-verify keeps it a symbol",
-    (B("2**10"), "1024"): "we accept Python's ** for powers (models write it); math-verify's LaTeX parser does not",
-    (B("12.5\\%"), "12.5"): "we drop a percent sign on either side (50\\% == 50, as for a gold with %); "
-    "math-verify does so only for the gold and reads the response's 12.5\\% as 0.125",
-    (B("90°"), "90"): "we drop the unicode degree sign like ^\\circ; math-verify does not know it",
-    (B("5."), "5"): "we drop a trailing period (end of sentence); math-verify fails to parse '5.'",
-    (B("(1,2)"), "1,2"): "an ordered pair or open interval is not the list of two solutions; math-verify treats "
-    "(1,2) as the interval and compares it with the set {1,2} as equal",
-    (B("1,1,2"), "1,2,2"): "lists compare as multisets (a double root counts twice); math-verify compares sets",
-    ("First \\boxed{3}, but on reflection \\boxed{4}.", "4"): "the last \\boxed{} is the answer (design 6); "
-    "math-verify takes the first one",
-    ("The answer is 5.", "5"): "no \\boxed{} means no answer (the boxed prompt template asks for one); "
-    "math-verify falls back to the last number in the text",
-    ("\\fbox{7}", "7"): "we read \\fbox like \\boxed; math-verify extracts only \\boxed",
-}
 
 
 def test_table_is_large_and_unique() -> None:
@@ -284,114 +264,240 @@ def test_table_is_large_and_unique() -> None:
     assert sum(e for *_, e in TABLE) > 40 and sum(not e for *_, e in TABLE) > 40
 
 
-@pytest.mark.parametrize(("response", "gold", "expected"), TABLE)
-def test_table(response: str, gold: str, expected: bool) -> None:
-    assert grade_answer(response, gold) is expected
+def test_table() -> None:
+    got = grade_many([r for r, _, _ in TABLE], [g for _, g, _ in TABLE])
+    wrong = [(r, g, e) for (r, g, e), v in zip(TABLE, got) if v is not e]
+    assert not wrong, "\n".join(f"expected {e}: response={r!r} gold={g!r}" for r, g, e in wrong)
 
 
-def _math_verify(response: str, gold: str) -> bool:
+# -- the corpus: public test suites of math-answer equivalence ---------------------------------------------------------
+
+# Each case is transcribed by hand from a project's own test of answer equivalence, cited in "source" as
+# "owner/repo path::test". The response is the model's text with its answer boxed: a source's prediction that has a
+# \boxed{} is kept whole, one that is a single $...$ span or a bare answer is boxed; predictions that are prose
+# without a box (free-text extraction tests) are left out. Golds lose their $ delimiters. NeMo-Skills tests both
+# orders of each pair, so both are cases. A pair that two sources share is kept once, under the first source.
+CORPUS = Path(__file__).parent / "data" / "grader_corpus.jsonl"
+# Cases whose verdict in its source we do not follow, and why. Nothing else may be paid against its source.
+SOURCE_OVERRULED = {
+    ("\\boxed{10, 4, -2}", "4, 10, -2"): "MATH's is_equiv compares strings, so its test asserts that a reordered list "
+    "differs; a list of solutions is a set (Math-Verify's Numina and OpenThoughts cases, and math-verify)",
+    ("\\boxed{0.1, 4, 2}", "4, .1, 2"): "as above: the same MATH test of string order",
+}
+
+
+def _load_corpus() -> list[dict]:
+    cases = []
+    for n, line in enumerate(CORPUS.read_text(encoding="utf-8").splitlines(), 1):
+        case = json.loads(line)
+        assert set(case) == {"response", "gold", "verdict", "source"}, f"{CORPUS.name}:{n}: fields {sorted(case)}"
+        assert isinstance(case["verdict"], bool) and "/" in case["source"].split(" ")[0], f"{CORPUS.name}:{n}"
+        cases.append(case)
+    return cases
+
+
+def _math_verify_alone(response: str, gold: str) -> bool:
+    """math-verify with its defaults, as TRL's and open-r1's rewards call it (in this process, on trusted text)."""
     from math_verify import parse, verify
 
-    gold_parsed = parse(gold if "\\boxed" in gold else f"${gold}$")
-    return bool(verify(gold_parsed, parse(response)))
+    try:
+        return bool(verify(parse(gold if "\\boxed" in gold else f"${gold}$"), parse(response)))
+    except Exception:  # noqa: BLE001 - its own timeouts raise
+        return False
 
 
-def test_agreement_with_math_verify() -> None:
+def _agreement(cases: list[dict], verdicts: list[bool]) -> tuple[int, dict[str, str]]:
+    per: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for case, got in zip(cases, verdicts):
+        per[case["source"].split(" ")[0]][0] += got == case["verdict"]
+        per[case["source"].split(" ")[0]][1] += 1
+    return sum(ok for ok, _ in per.values()), {k: f"{ok}/{n}" for k, (ok, n) in sorted(per.items())}
+
+
+@pytest.mark.slow
+def test_corpus_pays_no_wrong_answer_and_agrees_at_least_as_math_verify() -> None:
+    """The agreement of grade_answer and of math-verify alone with the verdicts of six projects' test suites
+    (benchmarks/grader.py prints the same with the old grader and throughput)."""
     pytest.importorskip("math_verify", reason="math-verify (requirements.txt) is not installed")
-    disagree = {(r, g): e for r, g, e in TABLE if _math_verify(r, g) != e}  # about 8 s of ANTLR parsing
-    agree = len(TABLE) - len(disagree)
-    print(f"\nmath-verify agrees on {agree}/{len(TABLE)} pairs ({agree / len(TABLE):.1%}); disagreements:")
-    for (r, g), e in disagree.items():
-        print(f"  ours={e!s:5} response={r!r} gold={g!r}: {MATH_VERIFY_DIFFERS.get((r, g), 'UNEXPLAINED')}")
-    assert set(disagree) == set(MATH_VERIFY_DIFFERS), "every disagreement, and only those, must be justified"
+    cases = _load_corpus()
+    projects = {c["source"].split(" ")[0] for c in cases}
+    assert len(cases) >= 300 and len(projects) >= 5
+    assert len({(c["response"], c["gold"]) for c in cases}) == len(cases), "duplicate cases"
+    ours = grade_many([c["response"] for c in cases], [c["gold"] for c in cases])
+    alone = [_math_verify_alone(c["response"], c["gold"]) for c in cases]
+    (agree, per), (agree_mv, per_mv) = _agreement(cases, ours), _agreement(cases, alone)
+    print(f"\nreco_grader {agree}/{len(cases)} {per}\nmath-verify {agree_mv}/{len(cases)} {per_mv}")
+    paid = {(c["response"], c["gold"]) for c, got in zip(cases, ours) if got and not c["verdict"]}
+    assert paid == set(SOURCE_OVERRULED), f"wrong answers paid: {paid - set(SOURCE_OVERRULED)}"
+    assert agree >= agree_mv
 
 
-# -- adversarial strings: False within 1 s, nothing executed ------------------------------------------------------------
+# -- never pay a wrong answer (issue 33's probes) ------------------------------------------------------------------------
+
+NEVER_PAID = [
+    (B("12000023"), "12000000"), (B("123456"), "123450"),  # no tolerance on exact integers
+    (B("0.333"), "\\frac{1}{3}"), (B("0.33333"), "\\frac{1}{3}"), (B("0.08333"), "\\frac{1}{12}"),  # rounded
+    (B("0.0000001"), "0.0000002"), (B("1.0000001"), "1"), (B("2.0000001"), "2"),  # 6-decimal rounding pays these
+    (B("\\frac{1000000}{3000001}"), "\\frac{1}{3}"),  # two fractions compare exactly
+    (B("1 2"), "12"), (B("1 2"), "2"), (B("1 2"), "3"), (B("12 5"), "60"), (B("12 5"), "125"),  # side by side
+    (B("1 000 000"), "0"), (B("7 3/4"), "\\frac{73}{4}"), (B("7 3/4"), "\\frac{21}{4}"),
+    (B("E"), "E'"), (B("f'"), "f''"), (B("f"), "f^\\prime"),  # primes count
+    (B("(1,2)"), "1,2"), (B("(1,2]"), "1,2"),  # an interval does not answer a list of solutions
+    (B("3 \\text{ cm}"), "30"), (B("50\\%"), "5"),
+    ("First \\boxed{3}, but wait, on reflection \\boxed{4}.", "3, 4"), ("\\boxed{1} no no no \\boxed{2}", "1, 2"),
+    ("The answer is 5.", "5"),
+]
+PAID = [
+    (B("1 000 000"), "1000000"), (B("1\\,000\\,000"), "10^6"), (B("12 500"), "12500"), (B("7 3/4"), "\\frac{31}{4}"),
+    (B("7\\frac{3}{4}"), "7.75"), (B("0.5"), "\\frac{1}{2}"), (B("0.0833333333333333"), "\\frac{1}{12}"),
+    (B("1.7320508"), "\\sqrt{3}"), (B("28"), "28\\%"),
+    (B("0.28"), "28\\%"), (B("f'"), "f'"), (B("E'"), "E'"), ("\\boxed{1},\\boxed{2},\\boxed{3}", "\\{1,2,3\\}"),
+    ("\\boxed{1} and \\boxed{2}", "\\boxed{2}, \\boxed{1}"), (B("1.5e-3"), "0.0015"), (B("90°"), "90^\\circ"),
+    (B("185\\"), "185"),
+]
+
+
+@pytest.mark.parametrize(("response", "gold"), NEVER_PAID)
+def test_never_paid(response: str, gold: str) -> None:
+    assert grade_answer(response, gold) is False
+
+
+@pytest.mark.parametrize(("response", "gold"), PAID)
+def test_paid(response: str, gold: str) -> None:
+    assert grade_answer(response, gold) is True
+
+
+# -- adversarial inputs: answered within the bound, nothing executed -----------------------------------------------------
 
 def _payloads(sentinel: str) -> list[tuple[str, str]]:
     run = f"__import__('os').system('touch {sentinel}')"
     return [
         (B(run), "0"), (run, "0"), (B("1"), run), (B(f"exec(\"open('{sentinel}','w')\")"), "1"),
-        (B("__import__('os').system('x')"), "0"), (B("().__class__.__bases__[0].__subclasses__()"), "1"),
-        (B("lambda: 0"), "0"), (B("open('/etc/passwd').read()"), "1"), (B("${7*7}"), "0"),
-        (B("9**9**9**9"), "1"), (B("10**10**10"), "1"), (B("10^{10^{10}}"), "1"), (B("2^{2^{2^{2^{2^{2}}}}}"), "1"),
-        (B("x^" * 400 + "2"), "1"), (B("1e9999"), "1"), (B("9" * 999), "1"),
-        (B("\\exp(10^{900})"), "1"), (B("\\sqrt{2^{2900}+1}"), "1"), (B("\\log(2^{29000}+1)"), "1"),
-        (B("(2^{100}x)^{9999}"), "1"), (B("2^{2900}" + "*2^{2900}" * 90), "1"),
-        ("{" * 10**6, "1"), (B("{" * 10**6), "1"), ("\\boxed{" + "{" * 10**6, "1"), ("\\boxed{" * 10**5, "1"),
-        (B("(" * 400 + "1" + ")" * 400), "1"), (B("\\sqrt" * 200 + "{2}"), "1"), (B("\\frac" * 300 + "1"), "1"),
-        (B("-" * 900 + "-"), "1"), (B("|" * 500), "1"), (B(",".join(str(i) for i in range(300))), "1"),
-        ("x" * 10**6, "1"), (B("1" * 10**6), "1"),
+        (B(f"\\text{{{run}}}"), "0"), (B(f"{run} = 0"), "0"), (B(f"x = {run}"), "x = 0"), (B("lambda: 0"), "0"),
+        (B(f"os.system('touch {sentinel}')"), "0"), (B(f"eval(\"__import__('os').system('touch {sentinel}')\")"), "0"),
+        (B("().__class__.__bases__[0].__subclasses__()"), "1"), (B("open('/etc/passwd').read()"), "1"), (B("${7*7}"), "0"),
+        (B("9**9**9**9"), "1"), (B("9^{9^{9^{9}}}"), "1"), (B("10^{10^{10}}"), "1"), (B("2^{2^{2^{2^{2^{2}}}}}"), "1"),
+        (B("(1.0000000001)^{1000000}"), "1"), (B("(1.0000000001)^{10000000}"), "1"), (B("(1.0000000001)^{10^{7}}"), "1"),
+        (B("100000!"), "1"), (B("(10^{6})!"), "1"), (B("\\exp(10^{900})"), "1"), (B("\\sqrt{2^{30000}+1}"), "1"),
+        (B("(2^{100}x+1)^{9999}"), "1"), (B("x^{10^{9}}"), "1"), (B("(" * 400 + "1" + ")" * 400), "1"),
+        (B("\\sqrt{" * 300 + "2" + "}" * 300), "1"), (B("\\frac" * 300 + "1"), "1"), (B("x^" * 400 + "2"), "1"),
+        (B("1" * 10_000), "1"), (B("1+" * 5_000 + "1"), "1"), ("x" * 10**6 + B("1"), "2"), (B("{" * 10**4), "1"),
+        ("\\boxed{" * 10**4, "1"), (B("１２３"), "123"), (B("١٢٣"), "123"), (B("१२३"), "123"), (B("𝟏𝟐𝟑"), "123"),
     ]
 
 
-def test_adversarial_strings_are_false_fast_and_inert(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def warm_pool() -> None:
+    """Every worker started, so that a timing measures grading, not the first start of the pool."""
+    grade_many([B(str(k)) for k in range(2 * reco_grader.WORKERS)], ["0"] * (2 * reco_grader.WORKERS))
+
+
+@pytest.mark.slow
+def test_adversarial_inputs_answer_within_the_bound_and_run_nothing(tmp_path, warm_pool) -> None:
     sentinel = tmp_path / "pwned"
+    limit = 1.0  # a shorter bound than TIMEOUT_S keeps this test short; the bound is the same mechanism
+    slowest = 0.0
     for response, gold in _payloads(str(sentinel)):
         start = time.perf_counter()
-        assert grade_answer(response, gold) is False, response[:80]
-        assert time.perf_counter() - start < 1.0, response[:80]
+        assert grade_answer(response, gold, timeout_s=limit) is False, response[:80]
+        took = time.perf_counter() - start
+        slowest = max(slowest, took)
+        assert took < limit + 1.0, f"{took:.2f} s: {response[:80]}"
+    print(f"\nslowest adversarial call: {slowest:.2f} s (bound {limit} s)")
     assert not sentinel.exists()
+    assert grade_answer(B("2^{10}"), "1024", timeout_s=limit)  # the pool still grades after its kills
 
 
-def test_bounds_keep_legitimate_answers() -> None:
-    fast = [(B("(" * 40 + "1" + ")" * 40), "1"), (B("1" + "+1" * 400), "401"), ("x" * 10**6 + B("5"), "5"),
-            (B("2^{2023}"), "2^{2023}"), (B("(x+1)^{999}"), "(1+x)^{999}")]
-    for response, gold in fast:
-        start = time.perf_counter()
-        assert grade_answer(response, gold) is True, response[:80]
-        assert time.perf_counter() - start < 1.0, response[:80]
+def test_no_parser_that_evaluates_python_runs_in_a_worker(tmp_path) -> None:
+    """math-verify's expression extraction (sympy.parse_expr, which evals) and a string given to latex2sympy2's
+    sympify are refused once the guards are installed, as in every worker."""
+    sentinel = tmp_path / "pwned"
+    code = ("import reco_grader, math_verify.parser as p, latex2sympy2_extended.sets as s\n"
+            "reco_grader._install_guards()\n"
+            f"for call in (lambda: p.parse_expr_cached(\"__import__('os').system('touch {sentinel}')\"),\n"
+            f"             lambda: s.sympify(\"__import__('os').system('touch {sentinel}')\")):\n"
+            "    try:\n        call()\n    except Exception:\n        print('refused')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).parents[1], check=True).stdout
+    assert out.split() == ["refused", "refused"] and not sentinel.exists()
 
 
-@pytest.mark.parametrize("bad", [None, 5, b"\\boxed{5}"])
+@pytest.mark.parametrize("bad", [None, 5, b"\\boxed{5}", ["\\boxed{5}"]])
 def test_wrong_types_are_false(bad: object) -> None:
     assert grade_answer(bad, "5") is False  # type: ignore[arg-type]
     assert grade_answer("\\boxed{5}", bad) is False  # type: ignore[arg-type]
+    assert grade_many([bad, "\\boxed{5}"], ["5", "5"]) == [False, True]  # type: ignore[list-item]
 
 
-# -- the time bound holds in worker threads and worker processes --------------------------------------------------------
+# -- the pool: batches, threads, kills, exit ------------------------------------------------------------------------------
 
-def _stuck(response: str, gold: str, out: list[bool]) -> None:
-    time.sleep(3.0)  # stands in for a pathological sympy call that the parser's bounds missed
-    out.append(True)  # too late: grade_answer has already answered False
-
-
-def _grade_timed(pair: tuple[str, str], stub: bool = False) -> tuple[bool, float]:
-    original = reco_grader._equivalent
-    if stub:
-        reco_grader._equivalent = _stuck
-    try:
-        start = time.perf_counter()
-        return grade_answer(*pair), time.perf_counter() - start
-    finally:
-        reco_grader._equivalent = original
+def test_grade_many_matches_grade_answer_and_checks_lengths() -> None:
+    pairs = [(r, g) for r, g, _ in TABLE[::15]] * 2  # repeated pairs are graded once
+    assert grade_many([r for r, _ in pairs], [g for _, g in pairs]) == [grade_answer(r, g) for r, g in pairs]
+    assert grade_many([], []) == []
+    with pytest.raises(ValueError, match="2 responses but 1 golds"):
+        grade_many(["a", "b"], ["a"])
 
 
-def _grade_stuck(pair: tuple[str, str]) -> tuple[bool, float]:
-    return _grade_timed(pair, stub=True)
+def test_many_threads_share_the_pool(warm_pool) -> None:
+    pairs = [(r, g, e) for r, g, e in TABLE[::5]]
+    with ThreadPoolExecutor(max_workers=12) as threads:
+        got = list(threads.map(lambda p: grade_answer(p[0], p[1]), pairs))
+        batches = list(threads.map(lambda _: grade_many([r for r, _, _ in pairs], [g for _, g, _ in pairs]), range(3)))
+    assert got == [e for *_, e in pairs] and all(b == got for b in batches)
 
 
-POOL_PAIRS = [(r, g) for r, g, _ in TABLE[::10]] + [(B("9**9**9**9"), "1"), (B("(" * 400 + "1" + ")" * 400), "1")]
-POOL_EXPECTED = [grade for *_, grade in TABLE[::10]] + [False, False]
-
-
-def test_thread_pool(monkeypatch) -> None:
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        results = list(pool.map(_grade_timed, POOL_PAIRS))
-    assert [r for r, _ in results] == POOL_EXPECTED
-    assert max(t for _, t in results) < 1.5
-    monkeypatch.setattr(reco_grader, "_equivalent", _stuck)
+def test_an_overrunning_worker_is_killed_and_replaced(warm_pool) -> None:
+    pool = reco_grader._the_pool()
+    busy = [w.pid for w in pool.workers]
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        stuck = list(pool.map(grade_answer, [B("1")] * 4, ["1"] * 4))
-    assert stuck == [False] * 4 and time.perf_counter() - start < 2.0
+    assert grade_answer(B("9^{9^{9^{9}}}"), "1", timeout_s=0.5) is False
+    assert time.perf_counter() - start < 1.5
+    killed = set(busy) - {w.pid for w in pool.workers}
+    assert len(killed) == 1
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(killed.pop(), 0)  # gone, and reaped
+    assert grade_answer(B("\\frac{1}{2}"), "0.5")
+    assert len(pool.workers) <= reco_grader.WORKERS
 
 
-def test_process_pool() -> None:
-    # fork: workers inherit the imported module (a spawned worker would spend seconds importing torch)
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork")) as pool:
-        results = list(pool.map(_grade_timed, POOL_PAIRS))
-        stuck = list(pool.map(_grade_stuck, [(B("1"), "1")] * 2))
-    assert [r for r, _ in results] == POOL_EXPECTED
-    assert max(t for _, t in results) < 1.5
-    assert [r for r, _ in stuck] == [False, False] and max(t for _, t in stuck) < 1.5
+def test_the_pool_recovers_when_its_zygote_dies(warm_pool) -> None:
+    """Workers killed from outside, with the process that forks them, are replaced by a new zygote's, and the
+    calls that found them dead are graded on the new ones."""
+    pool = reco_grader._the_pool()
+    old = pool.zygote.process.pid
+    for pid in [old] + [w.pid for w in pool.workers]:
+        os.kill(pid, 9)
+    time.sleep(0.2)
+    assert grade_many([B("x+x"), B("3x")], ["2x", "2x"]) == [True, False]
+    assert pool.zygote.process.pid != old
+
+
+def test_workers_end_with_their_parent(tmp_path) -> None:
+    """A program that grades and exits leaves no grading process behind, nor does one that is killed."""
+    code = ("import os, sys, reco_grader\n"
+            "assert reco_grader.grade_answer('\\\\boxed{2}', '1+1')\n"
+            "pool = reco_grader._the_pool()\n"
+            "print(*[w.pid for w in pool.workers], pool.zygote.process.pid, flush=True)\n"
+            "if sys.argv[1] == 'kill':\n    os.kill(os.getpid(), 9)\n")
+    for how in ("exit", "kill"):
+        run = subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True, timeout=120,
+                             cwd=Path(__file__).parents[1])
+        pids = [int(p) for p in run.stdout.split()]
+        assert pids, run.stderr
+        deadline = time.time() + 10
+        while time.time() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids), how
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
