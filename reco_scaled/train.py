@@ -31,10 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     from reco_scaled.trainer import Trainer
 
     d = distributed.init(cfg.train.dist_timeout_minutes)
-    trainer = None
+    trainer, finished = None, False
     try:
         trainer = Trainer(cfg, d)
         trainer.fit()
+        finished = True
     except ConfigError as e:
         return _fail(f"config error: {e}", 2, d.main)
     except CheckpointError as e:
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if trainer is not None:
             trainer.close()
-        distributed.shutdown()
+        distributed.shutdown(clean=finished)  # bad input returns here too: abort, the other ranks may wait on this one
     if d.main:
         print(f"done: {cfg.train.steps} steps; log {cfg.out_dir / 'log.jsonl'}, checkpoints {cfg.out_dir / 'checkpoints'}")
     return 0
