@@ -6,10 +6,11 @@
 It needs no hub access and no network: the models are random-weight stand-ins with the exact Qwen2.5 shapes
 (reco_scaled.shapes) and a synthetic tokenizer of the real vocabulary size. It needs torch >= 2.6 (FSDP2's
 `fully_shard`); it was written for the lent machine's Python 3.12, torch 2.11 (CUDA 13.0), transformers 5.17 and
-Triton 3.6, and records the versions it finds. Each check runs in its own child process with a timeout
-(killed with its process group when the timeout passes), and the report is rewritten after every check, so a
-killed or crashed run still leaves the results of the checks before it. The child timeouts are cut to fit one
-budget (BUDGET_S: 470 s on a GPU), so the whole command ends in under 8 minutes. Checks:
+Triton 3.6, and records the versions it finds. Each check runs in its own child process with a timeout (killed,
+with every process it started, torchrun's workers included, when the timeout passes), and the report is
+rewritten after every check, so a killed or crashed run still leaves the results of the checks before it. The
+child timeouts are cut to fit one budget (BUDGET_S: 470 s on a GPU), so the whole command ends in under 8 minutes.
+Checks:
 
 - preflight: versions; the C compiler and the Python headers (Python.h) that Triton builds its launcher with
   (without them reco_scaled.kernels falls back to the chunked PyTorch kernel, with a warning); the device, its
@@ -54,6 +55,7 @@ import sysconfig
 import tempfile
 import time
 import traceback
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,25 +113,12 @@ def checks() -> list[Check]:
 
 
 def run_child_json(argv: list[str], timeout_s: float, json_path: Path, env: dict | None = None) -> dict:
-    """Run argv in its own process group with a timeout; return the JSON object it wrote to json_path, plus
-    returncode, wall_s and (on failure) the output tail. A timeout kills the whole group (torchrun's workers
-    too) and is reported as an error; so is a missing or unreadable JSON file or a nonzero exit."""
+    """Run argv (see run_tree) with a timeout; return the JSON object it wrote to json_path, plus returncode,
+    wall_s and (on failure) the output tail. A timeout is reported as an error; so is a missing or unreadable JSON
+    file or a nonzero exit."""
     t = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=_die_with_parent)
-        # if this process is stopped (SIGTERM, Ctrl-C), the child's group goes with it
-        handlers = {sig: signal.signal(sig, lambda signum, frame: (os.killpg(proc.pid, signal.SIGKILL), sys.exit(128 + signum)))
-                    for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            returncode = proc.wait(timeout=max(timeout_s, 1))
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            returncode, timed_out = proc.wait(), True
-        finally:
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
+        returncode, timed_out = run_tree(argv, timeout_s, log, env)
         log.seek(0)
         output = log.read()
     try:
@@ -144,6 +133,48 @@ def run_child_json(argv: list[str], timeout_s: float, json_path: Path, env: dict
     if "error" in result:
         result["output_tail"] = output[-4000:]
     return result
+
+
+def run_tree(argv: list[str], timeout_s: float, log, env: dict | None = None) -> tuple[int, bool]:
+    """(exit code, whether it timed out) of argv, its output to the file `log`. The child and every process it starts
+    carry a marker in their environment; at the timeout, and if this process is stopped (SIGTERM, Ctrl-C), all of
+    them are killed: torchrun's workers too, which it starts in sessions of their own (issue 32 item 4)."""
+    marker = f"{TREE_MARKER}_{uuid.uuid4().hex}"  # a name of its own: a nested run_tree keeps the outer marker
+    env = {**(os.environ if env is None else env), marker: "1"}
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_die_with_parent)
+    handlers = {sig: signal.signal(sig, lambda signum, frame: (kill_tree(proc, marker), sys.exit(128 + signum)))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return proc.wait(timeout=max(timeout_s, 1)), False
+    except subprocess.TimeoutExpired:
+        kill_tree(proc, marker)
+        return proc.wait(), True
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+TREE_MARKER = "GPU_ACCEPTANCE_TREE"
+
+
+def kill_tree(proc: subprocess.Popen, marker: str, seconds: float = 10) -> None:
+    """SIGKILL proc's process group and every process whose environment holds marker=1 (found through /proc:
+    Linux), until none is left or `seconds` pass."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    needle, deadline = f"{marker}=1".encode(), time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):  # gone meanwhile, or another user's
+                if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
+                    if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                        os.kill(int(entry.name), signal.SIGKILL)
+                        left.append(entry.name)
+        if not left:
+            return
+        time.sleep(0.1)
 
 
 def _die_with_parent() -> None:
@@ -416,13 +447,14 @@ def check_end_to_end(device, size: dict, tmp: Path, seconds: float = 600) -> dic
                *overrides, f"train.steps={steps}"]
         t = time.perf_counter()
         left = deadline - time.perf_counter()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=max(10.0, left * 2 / 3 if steps == 2 else left))
-        out["runs"].append({"steps": steps, "returncode": proc.returncode, "wall_s": time.perf_counter() - t,
-                            "resumed": "resumed from" in proc.stdout,
-                            "output_tail": (proc.stdout + proc.stderr)[-3000:] if proc.returncode else ""})
-        if proc.returncode:
-            raise RuntimeError(f"reco_scaled.train exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        with tempfile.TemporaryFile("w+") as log:
+            returncode, timed_out = run_tree(cmd, max(10.0, left * 2 / 3 if steps == 2 else left), log, env)
+            log.seek(0)
+            output = log.read()
+        out["runs"].append({"steps": steps, "returncode": returncode, "wall_s": time.perf_counter() - t,
+                            "resumed": "resumed from" in output, "output_tail": output[-3000:] if returncode else ""})
+        if returncode or timed_out:
+            raise RuntimeError(f"reco_scaled.train {'timed out' if timed_out else f'exited {returncode}'}:\n{output[-3000:]}")
     keys = ("step", "reward_mean", "adv_nonzero_frac", "loss", "grad_norm", "response_length", "time_step",
             "time_rollout", "time_update", "gpu_mem_peak_gib")
     out["log"] = [{k: r.get(k) for k in keys} for r in map(json.loads, (run / "log.jsonl").read_text().splitlines())]

@@ -55,6 +55,29 @@ def test_run_child_json_kills_the_whole_process_group_at_its_timeout(tmp_path):
         pytest.fail(f"grandchild {pid} survived the timeout")
 
 
+@pytest.mark.slow
+def test_run_child_json_kills_torchruns_workers_at_its_timeout(tmp_path):
+    """Issue 32 item 4: a real torchrun starts its worker in a session of its own, so killing torchrun's process group
+    at the timeout left the worker running (before the fix it kept the GPU and wrote checkpoints while the next
+    check ran). The worker here is a plain script, which does not die with its launcher by itself. The timeout
+    leaves torchrun time to start it on busy cores."""
+    worker, pid_file = tmp_path / "worker.py", tmp_path / "worker.pid"
+    worker.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{os.getsid(0)}}')\n"
+                      "time.sleep(600)\n")
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", str(worker)]
+    r = ga.run_child_json(argv, 40, tmp_path / "never.json", {**os.environ, "OMP_NUM_THREADS": "1"})
+    assert "killed after its timeout" in r["error"] and pid_file.exists(), r.get("output_tail")
+    pid, session = map(int, pid_file.read_text().split())
+    assert session == pid  # torchrun made it a session leader: out of reach of a kill of torchrun's group
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        pytest.fail(f"torchrun's worker {pid} survived the timeout")
+
+
 def test_report_is_written_after_each_check_and_the_budget_cuts_timeouts(tmp_path, monkeypatch):
     """The second check hangs: it is killed at what is left of the budget, and the report already holds the first."""
     def write(value):
