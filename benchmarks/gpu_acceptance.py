@@ -12,9 +12,10 @@ rewritten after every check, so a killed or crashed run still leaves the results
 child timeouts are cut to fit one budget (BUDGET_S: 470 s on a GPU), so the whole command ends in under 8 minutes.
 Checks:
 
-- preflight: versions; the C compiler and the Python headers (Python.h) that Triton builds its launcher with
-  (without them reco_scaled.kernels falls back to the chunked PyTorch kernel, with a warning); the device, its
-  free memory, and whether torch has FSDP2 and vllm is importable.
+- preflight: versions; the C compiler and the Python headers (Python.h) that Triton builds its launcher with, and
+  one tiny Triton launch on the device, which only a GPU can fail for a missing libcuda or ptxas (on any such
+  problem reco_scaled.kernels falls back to the chunked PyTorch kernel, with a warning); the device, its free
+  memory, and whether torch has FSDP2 and vllm is importable.
 - kernel: Triton token_stats_linear against the naive path (full fp32 logits) at V = 151936, 152064 and
   128256, bf16, T = 8192, d = 3584: errors, peak memory above the inputs, time, and the bandwidth of the
   Triton statistics kernel (streaming bf16 logits) as a fraction of the device's nominal peak and of a
@@ -203,9 +204,13 @@ def preflight(device) -> dict:
         out["c_compiler_version"] = (with_version.stdout.splitlines() or [""])[0]
     include = sysconfig.get_paths()["include"]
     out["python_h"] = str(Path(include, "Python.h")) if Path(include, "Python.h").exists() else None
-    from reco_scaled.kernels import triton_toolchain_problem
+    from reco_scaled.kernels import triton_launch_problem, triton_toolchain_problem
 
     out["triton_toolchain_problem"] = triton_toolchain_problem()
+    # one tiny launch on the device (interpreted in the smoke): a missing libcuda or ptxas shows here, and the checks
+    # after this one fall back to the chunked kernel (their `backend` says so) instead of failing
+    if out["triton"] and not out["triton_toolchain_problem"]:
+        out["triton_launch_problem"] = triton_launch_problem(str(device))
     try:
         from torch.distributed.fsdp import fully_shard  # noqa: F401  (torch >= 2.6)
 

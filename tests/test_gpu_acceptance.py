@@ -124,6 +124,32 @@ def test_triton_falls_back_to_chunked_without_a_c_compiler(monkeypatch):
         kernels.triton_toolchain_problem.cache_clear()
 
 
+def test_triton_falls_back_to_chunked_when_its_first_launch_fails(monkeypatch):
+    """Issue 32 item 6: a toolchain that passes triton_toolchain_problem can still fail at the first launch (no libcuda,
+    no ptxas, a cache directory that cannot be written); before the fix every Triton call then raised. The launch
+    failure is simulated (CPU only here); the real tiny launch runs under the Triton interpreter."""
+    pytest.importorskip("triton")
+    import torch
+
+    from reco_scaled import kernels
+
+    def no_ptxas(device):
+        raise RuntimeError("ptxas fatal: could not find ptxas\nmore detail")
+
+    kernels._launch_tiny_kernel(torch.device("cpu"))  # the real kernel, interpreted: right statistics, no error
+    monkeypatch.setattr(kernels, "triton_toolchain_problem", lambda: None)
+    monkeypatch.setattr(kernels, "_launch_tiny_kernel", no_ptxas)
+    kernels.triton_launch_problem.cache_clear()
+    try:
+        fake_cuda = types.SimpleNamespace(is_cuda=True, device="cuda:0")
+        with pytest.warns(UserWarning, match=r"launch kernels here \(RuntimeError: ptxas fatal: could not find ptxas\).*chunked"):
+            assert kernels.resolve_backend("triton", fake_cuda) == "chunked"
+        with pytest.warns(UserWarning, match="chunked"):
+            assert kernels.resolve_backend("auto", fake_cuda) == "chunked"
+    finally:
+        kernels.triton_launch_problem.cache_clear()
+
+
 @pytest.mark.slow
 def test_cpu_smoke_runs_every_check(tmp_path):
     out = tmp_path / "report.json"
