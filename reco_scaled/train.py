@@ -17,6 +17,7 @@ import fcntl
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from reco_data import DataError
@@ -51,7 +52,9 @@ def _train(cfg) -> int:
     d = distributed.init(cfg.train.dist_timeout_minutes)
     trainer, finished = None, False
     try:
+        t = time.perf_counter()
         trainer = Trainer(cfg, d)
+        set_up = time.perf_counter() - t
         trainer.fit()
         finished = True
     except ConfigError as e:
@@ -71,6 +74,8 @@ def _train(cfg) -> int:
             trainer.close()
         distributed.shutdown(clean=finished)  # bad input returns here too: abort, the other ranks may wait on this one
     if d.main:
+        print(f"time: set-up {set_up:.1f} s (model, data, rollout engine, resume), then training, checkpoints and "
+              f"export {time.perf_counter() - t - set_up:.1f} s")
         print(f"done: {cfg.train.steps} steps; log {cfg.out_dir / 'log.jsonl'}, checkpoints {cfg.out_dir / 'checkpoints'}")
     return 0
 
