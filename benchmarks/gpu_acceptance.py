@@ -639,7 +639,7 @@ def run_own_check(name: str, smoke: bool, out: Path, sleep_level: int, seconds: 
     except Exception:
         result = {"error": traceback.format_exc()}
     out.write_text(json.dumps(result, indent=1) + "\n")
-    distributed.shutdown()
+    distributed.shutdown(clean="error" not in result)
     return 1 if "error" in result else 0
 
 

@@ -174,6 +174,9 @@ def test_cpu_smoke_runs_every_check(tmp_path):
     e2e = report["checks"]["end_to_end"]
     assert [r["step"] for r in e2e["log"]] == [1, 2, 3] and [r["resumed"] for r in e2e["runs"]] == [False, True]
     assert e2e["exported"]
+    for run, steps in zip(e2e["runs"], ([1, 2], [3])):  # where each run's time went (issue 32 item 5)
+        pieces = run["pieces_s"]
+        assert len(pieces["steps"]) == len(steps) and pieces["set_up"] > 0 and pieces["start"] > 0, pieces
     mini = checks["mini_memory"]  # reco_mini's one-GPU step (benchmarks/mini_memory.py --acceptance --smoke)
     assert mini["ok"] and mini["peak_gb"] > 0 and mini["device"] == "cpu", mini
     if importlib.util.find_spec("vllm") is None:
