@@ -437,7 +437,8 @@ def check_end_to_end(device, size: dict, tmp: Path, seconds: float = 600) -> dic
     `--cpu-smoke --only end_to_end`, 2 cores shared by other jobs, load ~10): 133 s in all; the model directory
     19 s (mostly the synthetic tokenizer of the full vocabulary), then per run start (imports, process group,
     exit) 24 and 20 s, set-up (model, data, engine, resume) 15 and 14 s, steps 9.5 + 8.0 and 9.2 s,
-    checkpoint 1.2 and 1.4 s, export 0.4 s each: fixed costs, not the model's size, dominate at that size.
+    checkpoint 1.2 and 1.4 s, export 0.4 s each; in a whole smoke at load ~6, 86 s: 9 s, then 13 and 14 s, 7 and
+    12 s, 5.8 + 6.1 and 9.0 s, 0.8 and 1.2 s, 0.3 and 0.5 s. Fixed costs, not the model's size, dominate at that size.
     Estimate on the lent GPU machine (16 free cores; not yet measured there): model directory ~8 s (0.65 GB of
     bf16 weights), per run start ~12 s, set-up ~8 s (+3 s to read the checkpoint on the resume), the first step
     ~19 s (the Triton compile; cached for the resume), another ~2 s (64 rows x 128 tokens, 2 layers), checkpoint
