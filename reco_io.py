@@ -170,8 +170,31 @@ def load_hf(name_or_path: str, device: str):
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch.float32).to(device)
     except (OSError, ValueError) as e:
         fail(f"--model {name_or_path}: cannot load it ({str(e).strip().splitlines()[0]})")
+    except Exception:
+        if problem := unreadable_weights(name_or_path):  # a truncated or corrupt weights file is bad input too
+            fail(f"--model {name_or_path}: cannot load it ({problem})")
+        raise
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     return tokenizer, model
+
+
+def unreadable_weights(model_dir: str | Path) -> str | None:
+    """'FILE: cannot read its weights (reason)' for the first weights file of a local model directory that cannot
+    be read (a truncated or corrupt *.safetensors or *.bin), else None. Reads the safetensors headers and maps the
+    .bin files: call it after a load failed, to tell bad input from a bug."""
+    paths = sorted(Path(model_dir).glob("*.safetensors")) + sorted(Path(model_dir).glob("*.bin"))
+    for path in paths:
+        try:
+            if path.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                with safe_open(str(path), "pt") as f:
+                    f.keys()
+            else:
+                torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except Exception as e:  # SafetensorError, UnpicklingError, RuntimeError: every way a weights file is unreadable
+            return f"{path}: cannot read its weights ({(str(e).strip().splitlines() or [type(e).__name__])[0]})"
+    return None
 
 
 def stop_token_ids(tokenizer, template: str | None, generation_config=None) -> list[int]:

@@ -56,19 +56,22 @@ def init(timeout_minutes: float = 60.0) -> Dist:
     return Dist(dist.get_rank(), dist.get_world_size(), device)
 
 
-def shutdown() -> None:
-    """Leave the process group: together after a clean run, at once when an exception is on its way out.
+def shutdown(clean: bool | None = None) -> None:
+    """Leave the process group: together after a run that finished normally, at once otherwise.
 
+    clean: whether the run finished normally; None reads it from the exception on its way out (a `finally`).
     Clean: without the barrier, a rank that left while the other was still busy aborted at exit ("terminate
     called without an active exception") in 3 of 47 two-rank gloo runs of tests/test_scaled_parallel.py;
-    with it, in 0 of 45. On an exception (called from a `finally`), the other ranks may be waiting in a
-    collective that this rank will never join, so a barrier would hang the job until the process-group
-    timeout; the process group is aborted instead, this rank exits with its error, and torchrun ends the
-    others (tests/test_scaled_failfast.py).
+    with it, in 0 of 45. Otherwise (an exception, or bad input handled with a `return`: issue 32 item 7) the
+    other ranks may be waiting in a collective that this rank will never join, so a barrier would hang the
+    job until the process-group timeout; the process group is aborted instead, this rank exits with its
+    error, and torchrun ends the others (tests/test_scaled_failfast.py).
     """
     if not (dist.is_available() and dist.is_initialized()):
         return
-    if sys.exc_info()[0] is not None:
+    if clean is None:
+        clean = sys.exc_info()[0] is None
+    if not clean:
         abort = getattr(dist.distributed_c10d, "_abort_process_group", None)  # private, torch >= 2.6
         (abort or dist.destroy_process_group)()
         return

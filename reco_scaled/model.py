@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from reco_countdown import char_tokenizer, make_splits, sft, tiny_model
+from reco_io import unreadable_weights
 from reco_mini import Config
 from reco_scaled import distributed
 from reco_scaled.config import RunConfig
@@ -74,7 +75,14 @@ def build_lm(path: str, dtype: torch.dtype, d: distributed.Dist) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if d.main or not d.active:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        try:
+            return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        except OSError:
+            raise
+        except Exception as e:
+            if problem := unreadable_weights(path):  # bad input (train.py: one line, exit code 2), not a bug
+                raise OSError(problem) from e
+            raise
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype)
 

@@ -2,13 +2,23 @@
 
 Under `torchrun --nproc_per_node=N` it runs on N ranks (DDP or FSDP2, see train.parallel).
 Exit codes: 0 done; 2 bad input, as one line (config key, batch arithmetic, checkpoint that does not match,
-malformed data file, model that cannot be loaded); 1 anything else, including a rollout engine that fails to start.
+malformed data file, model that cannot be loaded, a run directory another run is using); 1 anything else,
+including a rollout engine that fails to start.
+
+A run holds an exclusive lock on its directory (<out>/.lock) while it lives, and under torchrun every worker
+dies with its launcher (issue 32 item 10): a killed job leaves no orphan writing its log and checkpoints, and
+a restart on the same directory refuses while one is still alive.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
+import signal
 import sys
+import time
+from pathlib import Path
 
 from reco_data import DataError
 from reco_scaled.config import ConfigError, load_config
@@ -19,22 +29,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="YAML file, e.g. reco_scaled/configs/tiny-cpu.yaml")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. train.steps=4 rollout.engine=hf")
     args = parser.parse_args(argv)
+    _die_with_launcher()
     main_rank = os.environ.get("RANK", "0") == "0"
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as e:
         return _fail(f"config error: {e}", 2, main_rank)
+    lock = _lock_run_dir(cfg.out_dir) if main_rank else contextlib.nullcontext()
+    if lock is None:
+        return _fail(f"error: out={str(cfg.out_dir)!r} is in use by another run that is still alive "
+                     f"(it holds {cfg.out_dir / '.lock'}); wait for it, stop it, or choose another out", 2, main_rank)
+    with lock:
+        return _train(cfg)
 
+
+def _train(cfg) -> int:
     from reco_scaled import distributed
     from reco_scaled.checkpoint import CheckpointError
     from reco_scaled.rollout.factory import EngineStartError
     from reco_scaled.trainer import Trainer
 
     d = distributed.init(cfg.train.dist_timeout_minutes)
-    trainer = None
+    trainer, finished = None, False
     try:
+        t = time.perf_counter()
         trainer = Trainer(cfg, d)
+        set_up = time.perf_counter() - t
         trainer.fit()
+        finished = True
     except ConfigError as e:
         return _fail(f"config error: {e}", 2, d.main)
     except CheckpointError as e:
@@ -50,10 +72,39 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if trainer is not None:
             trainer.close()
-        distributed.shutdown()
+        distributed.shutdown(clean=finished)  # bad input returns here too: abort, the other ranks may wait on this one
     if d.main:
+        print(f"time: set-up {set_up:.1f} s (model, data, rollout engine, resume), then training, checkpoints and "
+              f"export {time.perf_counter() - t - set_up:.1f} s")
         print(f"done: {cfg.train.steps} steps; log {cfg.out_dir / 'log.jsonl'}, checkpoints {cfg.out_dir / 'checkpoints'}")
     return 0
+
+
+def _die_with_launcher() -> None:
+    """Under torchrun (Linux): SIGKILL this worker when its launcher dies. torchrun starts each worker in a session
+    of its own, so a SIGKILL to torchrun (a scheduler, `kill -9`) used to leave the workers training on as orphans."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    # A launcher that died before this line leaves a worker that fails at the rendezvous (torchrun held its store).
+    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) != 0:  # 1 = PR_SET_PDEATHSIG
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def _lock_run_dir(out_dir: Path):
+    """An exclusive lock on <out_dir>/.lock: the open file (the lock lasts while it is open, and ends with this
+    process however it ends), or None when another live process holds it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    f = open(out_dir / ".lock", "w")  # noqa: SIM115 (kept open on purpose)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        return None
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
 
 
 def _first_line(e: BaseException) -> str:

@@ -55,6 +55,29 @@ def test_run_child_json_kills_the_whole_process_group_at_its_timeout(tmp_path):
         pytest.fail(f"grandchild {pid} survived the timeout")
 
 
+@pytest.mark.slow
+def test_run_child_json_kills_torchruns_workers_at_its_timeout(tmp_path):
+    """Issue 32 item 4: a real torchrun starts its worker in a session of its own, so killing torchrun's process group
+    at the timeout left the worker running (before the fix it kept the GPU and wrote checkpoints while the next
+    check ran). The worker here is a plain script, which does not die with its launcher by itself. The timeout
+    leaves torchrun time to start it on busy cores."""
+    worker, pid_file = tmp_path / "worker.py", tmp_path / "worker.pid"
+    worker.write_text(f"import os, time\nopen({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{os.getsid(0)}}')\n"
+                      "time.sleep(600)\n")
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", str(worker)]
+    r = ga.run_child_json(argv, 40, tmp_path / "never.json", {**os.environ, "OMP_NUM_THREADS": "1"})
+    assert "killed after its timeout" in r["error"] and pid_file.exists(), r.get("output_tail")
+    pid, session = map(int, pid_file.read_text().split())
+    assert session == pid  # torchrun made it a session leader: out of reach of a kill of torchrun's group
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        pytest.fail(f"torchrun's worker {pid} survived the timeout")
+
+
 def test_report_is_written_after_each_check_and_the_budget_cuts_timeouts(tmp_path, monkeypatch):
     """The second check hangs: it is killed at what is left of the budget, and the report already holds the first."""
     def write(value):
@@ -101,6 +124,32 @@ def test_triton_falls_back_to_chunked_without_a_c_compiler(monkeypatch):
         kernels.triton_toolchain_problem.cache_clear()
 
 
+def test_triton_falls_back_to_chunked_when_its_first_launch_fails(monkeypatch):
+    """Issue 32 item 6: a toolchain that passes triton_toolchain_problem can still fail at the first launch (no libcuda,
+    no ptxas, a cache directory that cannot be written); before the fix every Triton call then raised. The launch
+    failure is simulated (CPU only here); the real tiny launch runs under the Triton interpreter."""
+    pytest.importorskip("triton")
+    import torch
+
+    from reco_scaled import kernels
+
+    def no_ptxas(device):
+        raise RuntimeError("ptxas fatal: could not find ptxas\nmore detail")
+
+    kernels._launch_tiny_kernel(torch.device("cpu"))  # the real kernel, interpreted: right statistics, no error
+    monkeypatch.setattr(kernels, "triton_toolchain_problem", lambda: None)
+    monkeypatch.setattr(kernels, "_launch_tiny_kernel", no_ptxas)
+    kernels.triton_launch_problem.cache_clear()
+    try:
+        fake_cuda = types.SimpleNamespace(is_cuda=True, device="cuda:0")
+        with pytest.warns(UserWarning, match=r"launch kernels here \(RuntimeError: ptxas fatal: could not find ptxas\).*chunked"):
+            assert kernels.resolve_backend("triton", fake_cuda) == "chunked"
+        with pytest.warns(UserWarning, match="chunked"):
+            assert kernels.resolve_backend("auto", fake_cuda) == "chunked"
+    finally:
+        kernels.triton_launch_problem.cache_clear()
+
+
 @pytest.mark.slow
 def test_cpu_smoke_runs_every_check(tmp_path):
     out = tmp_path / "report.json"
@@ -125,6 +174,9 @@ def test_cpu_smoke_runs_every_check(tmp_path):
     e2e = report["checks"]["end_to_end"]
     assert [r["step"] for r in e2e["log"]] == [1, 2, 3] and [r["resumed"] for r in e2e["runs"]] == [False, True]
     assert e2e["exported"]
+    for run, steps in zip(e2e["runs"], ([1, 2], [3])):  # where each run's time went (issue 32 item 5)
+        pieces = run["pieces_s"]
+        assert len(pieces["steps"]) == len(steps) and pieces["set_up"] > 0 and pieces["start"] > 0, pieces
     mini = checks["mini_memory"]  # reco_mini's one-GPU step (benchmarks/mini_memory.py --acceptance --smoke)
     assert mini["ok"] and mini["peak_gb"] > 0 and mini["device"] == "cpu", mini
     if importlib.util.find_spec("vllm") is None:

@@ -6,6 +6,7 @@ collective, the way a rank that fails mid-step leaves the others inside an all-r
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -69,24 +70,50 @@ def test_timeout_is_a_config_key():
         load_config(TINY, ["train.dist_timeout_minutes=0"])
 
 
-def test_a_failing_rank_ends_the_job(tmp_path):
-    """Without the fix rank 1 waits in shutdown's barrier and rank 0 in its all-reduce, until the process-group
-    timeout (3 minutes here, 60 by default); the test gives the job 90 s."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__]
+def _torchrun(args: list[str], seconds: float) -> tuple[int, str, float]:
+    """(exit code, output, wall seconds) of a 2-rank gloo torchrun job; fails the test if it outlives `seconds`."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     start = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        output, _ = proc.communicate(timeout=90)
+        output, _ = proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail("a rank raised and the 2-rank job was still running after 90 s")
-    assert proc.returncode != 0
+        os.killpg(proc.pid, signal.SIGKILL)  # the workers die with torchrun (distributed.init)
+        output, _ = proc.communicate()
+        pytest.fail(f"the 2-rank job was still running after {seconds:.0f} s:\n{output[-3000:]}")
+    return proc.returncode, output, time.monotonic() - start
+
+
+def test_a_failing_rank_ends_the_job(tmp_path):
+    """Without the fix rank 1 waits in shutdown's barrier and rank 0 in its all-reduce, until the process-group
+    timeout (3 minutes here, 60 by default); the test gives the job 90 s."""
+    returncode, output, seconds = _torchrun([__file__], 90)
+    assert returncode != 0
     assert "rank 1 fails on purpose" in output
     assert "rank 0 passed the collective" not in output
-    print(f"job ended in {time.monotonic() - start:.1f} s")
+    print(f"job ended in {seconds:.1f} s")
+
+
+def test_bad_input_on_rank_0_ends_the_job(tmp_path):
+    """Issue 32 item 7: rank 0 alone reads the weights and finds none (bad input, handled with a `return`, no
+    exception on its way out) while rank 1 waits for them in distributed.wrap. Without the fix shutdown took the
+    clean path, rank 0 waited in its barrier and rank 1 in its broadcast until the process-group timeout
+    (3 minutes here, 60 by default); the test gives the job 90 s."""
+    from reco_countdown import char_tokenizer, tiny_model
+
+    tok = char_tokenizer()
+    tiny_model(tok, hidden=32, layers=1).config.save_pretrained(tmp_path / "model")  # config.json, no weights
+    tok.save_pretrained(tmp_path / "model")
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"{a}+{b}", "answer": str(a + b)}) + "\n" for a, b in [(1, 2), (3, 4)]))
+    returncode, output, seconds = _torchrun(
+        ["-m", "reco_scaled.train", "--config", TINY, "task=math", "data.template=plain", f"model.path={tmp_path / 'model'}",
+         f"data.train={data}", f"out={tmp_path / 'run'}", "train.dist_timeout_minutes=3"], 90)
+    assert returncode != 0
+    assert f"error: cannot load model.path='{tmp_path / 'model'}'" in output, output[-3000:]
+    print(f"job ended in {seconds:.1f} s")
 
 
 def _rank_main() -> None:

@@ -42,8 +42,8 @@ def resolve_backend(backend: str, x: Tensor) -> str:
         backend = "triton" if x.is_cuda and importlib.util.find_spec("triton") is not None else "chunked"
     if backend not in BACKENDS:
         raise ValueError(f"backend must be 'auto' or one of {BACKENDS}, got {backend!r}")
-    if backend == "triton" and x.is_cuda and (problem := triton_toolchain_problem()):
-        warnings.warn(f"reco_scaled.kernels: Triton cannot build kernels here ({problem}); using the chunked "
+    if backend == "triton" and x.is_cuda and (problem := triton_toolchain_problem() or triton_launch_problem(str(x.device))):
+        warnings.warn(f"reco_scaled.kernels: Triton cannot build or launch kernels here ({problem}); using the chunked "
                       "PyTorch kernel instead", stacklevel=2)
         return "chunked"
     return backend
@@ -60,6 +60,33 @@ def triton_toolchain_problem() -> str | None:
     if not os.path.exists(os.path.join(include, "Python.h")):
         return f"no Python headers: {include}/Python.h is missing (install python3-dev)"
     return None
+
+
+@functools.cache
+def triton_launch_problem(device: str) -> str | None:
+    """Why the Triton statistics kernel cannot run on `device` (one tiny launch, once per device), or None.
+
+    A missing libcuda or ptxas, or a cache directory that cannot be written, passes triton_toolchain_problem and
+    raises only at a kernel's first launch (issue 32 item 6); found here, at the first resolve_backend, it makes
+    every later call fall back to the chunked kernel instead of failing."""
+    try:
+        _launch_tiny_kernel(torch.device(device))
+    except Exception as e:  # any failure of Triton's compile or launch
+        return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+    return None
+
+
+def _launch_tiny_kernel(device: torch.device) -> None:
+    """Triton's statistics of uniform logits [2, 16]: log pi = -log 16, V = 15/16, H = log 16, or an error."""
+    import math
+
+    state = new_state(2, device)
+    _impl("triton").update_stats(state, torch.zeros(2, 16, device=device), 0, torch.zeros(2, dtype=torch.long, device=device),
+                                 1.0, 16)
+    got = torch.stack(finish(state, 1.0)[:3]).cpu()
+    want = torch.tensor([-math.log(16), 15 / 16, math.log(16)])[:, None].expand(3, 2)
+    if not torch.allclose(got, want, atol=1e-5):
+        raise RuntimeError(f"the kernel ran but computed {got.tolist()} for uniform logits, not {want[:, 0].tolist()}")
 
 
 def _impl(backend: str) -> ModuleType:

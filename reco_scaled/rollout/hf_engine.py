@@ -7,7 +7,11 @@ weights from disk: the trainer fills it with sync_weights at start-up.
 
 Sample g of prompt i draws from its own generator, seeded with seed + i*n + g (as the vLLM engine
 does), so a sample does not depend on which other prompts share the batch: the same global prompt
-gets the same samples at any world size.
+gets the same samples at any world size. The generator gives the row its uniforms u_1..u_T (float64) once,
+at the start; token t is then the inverse-CDF draw of u_t, the first token whose cumulative probability
+exceeds u_t (times the total). Every row draws in one batched search per token, with no per-row call and
+no host sync but the all-rows-done check (a per-row multinomial cost about two host syncs per row per
+token: issue 32 item 8).
 """
 from __future__ import annotations
 
@@ -71,16 +75,21 @@ class HFEngine(RolloutEngine):
         out = Rollout([], [], [])
         for start in range(0, len(rows), self.batch_size):
             chunk = rows[start: start + self.batch_size]
-            gens = [torch.Generator(self.device).manual_seed(seed + start + r) for r in range(len(chunk))]
-            resp, logps = self._sample(chunk, gens, temperature, top_p, max_new_tokens)
+            uniforms = torch.stack([self._uniforms(seed + start + r, max_new_tokens) for r in range(len(chunk))])
+            resp, logps = self._sample(chunk, uniforms, temperature, top_p, max_new_tokens)
             out.prompt_ids += chunk
             out.response_ids += resp
             out.sampler_logprobs += logps
         return out
 
+    def _uniforms(self, seed: int, n: int) -> Tensor:
+        """The n float64 uniforms in [0, 1) of the row whose generator is seeded with `seed`."""
+        return torch.rand(n, generator=torch.Generator(self.device).manual_seed(seed), device=self.device, dtype=torch.float64)
+
     @torch.no_grad()
-    def _sample(self, rows: list[list[int]], gens: list[torch.Generator], temperature: float, top_p: float,
+    def _sample(self, rows: list[list[int]], uniforms: Tensor, temperature: float, top_p: float,
                 max_new_tokens: int) -> tuple[list[list[int]], list[list[float]]]:
+        """uniforms [B, max_new_tokens]: each row's draws, in order."""
         from transformers import DynamicCache
 
         B, L = len(rows), max(len(r) for r in rows)
@@ -94,11 +103,13 @@ class HFEngine(RolloutEngine):
         logits = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
                             use_cache=True, logits_to_keep=1).logits[:, -1]  # not [B, L, V] logits of the prompt
         done = torch.zeros(B, dtype=torch.bool, device=self.device)
+        finite = torch.ones((), dtype=torch.bool, device=self.device)  # checked once, at the end: no sync per token
         tokens: list[Tensor] = []
         logps: list[Tensor] = []
         alive: list[Tensor] = []
-        for _ in range(max_new_tokens):
-            nxt, lp = self._draw(logits.float(), gens, temperature, top_p)
+        for t in range(max_new_tokens):
+            finite &= (torch.isfinite(logits).all(-1) | done).all()
+            nxt, lp = self._draw(logits.float(), uniforms[:, t], temperature, top_p)
             alive.append(~done)
             tokens.append(torch.where(done, self.pad_id, nxt))
             logps.append(lp)
@@ -109,13 +120,16 @@ class HFEngine(RolloutEngine):
             pos = pos[:, -1:] + 1
             logits = self.model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=pos,
                                 past_key_values=cache, use_cache=True).logits[:, -1]
+        if not finite:
+            raise FloatingPointError("HFEngine: the model gave non-finite logits while sampling")
         keep = torch.stack(alive, 1).cpu()
         tok, lp = torch.stack(tokens, 1).cpu(), torch.stack(logps, 1).cpu()
         return [t[k].tolist() for t, k in zip(tok, keep)], [x[k].tolist() for x, k in zip(lp, keep)]
 
     @staticmethod
-    def _draw(logits: Tensor, gens: list[torch.Generator], temperature: float, top_p: float) -> tuple[Tensor, Tensor]:
-        """One token per row from the processed distribution, and its log-prob there. logits: [B, V]"""
+    def _draw(logits: Tensor, u: Tensor, temperature: float, top_p: float) -> tuple[Tensor, Tensor]:
+        """One token per row from the processed distribution, and its log-prob there. logits: [B, V]; u: [B] in [0, 1),
+        float64 (u * total < total exactly, so a token of probability 0 is never drawn)."""
         if temperature == 0:
             nxt = logits.argmax(-1)
             return nxt, F.log_softmax(logits, -1).gather(-1, nxt[:, None]).squeeze(-1)
@@ -125,8 +139,8 @@ class HFEngine(RolloutEngine):
             outside = sorted_lp.exp().cumsum(-1) - sorted_lp.exp() >= top_p
             logp = torch.full_like(logp, -float("inf")).scatter(-1, order, sorted_lp.masked_fill(outside, -float("inf")))
             logp = F.log_softmax(logp, dim=-1)
-        probs = logp.exp()
-        nxt = torch.cat([torch.multinomial(probs[b], 1, generator=g) for b, g in enumerate(gens)])
+        cdf = logp.double().exp().cumsum(-1)
+        nxt = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(-1)
         return nxt, logp.gather(-1, nxt[:, None]).squeeze(-1)
 
     @torch.no_grad()
