@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 import os
-import pickle
 import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-VENV_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
+VENV_PYTHON = Path(os.environ.get("VERL_VENV", ROOT / ".venv-verl")) / "bin" / "python"  # as .ci/setup-verl.sh
 INNER = "RECO_VERL_INNER_RUN"
 
 try:
@@ -55,17 +54,17 @@ def test_verl_plugin_in_venv_verl():
 if verl is not None:
     del test_verl_plugin_in_venv_verl  # here the tests below run directly
 
+    import ray
     import transfer_queue
-    import verl.utils.torch_functional as verl_F
+    import verl_tq_worker
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf, open_dict
-    from tensordict import TensorDict
     from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
     from verl.utils import tensordict_utils as tu
     from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
     from verl.workers.utils.losses import ppo_loss
 
     import reco_mini
@@ -165,7 +164,7 @@ if verl is not None:
                 assert metrics[key].aggregation == ref_m[key].aggregation
                 assert math.isclose(float(metrics[key].aggregate()), float(ref_m[key].aggregate()), rel_tol=1e-5, abs_tol=1e-7)
 
-    # ---------------------------------------------------------------- a rollout batch, a fake TransferQueue and worker group
+    # ---------------------------------------------------------------- the real data plane: Ray, TransferQueue, verl's bridge
 
     GROUP_RESPONSES = [  # P = 3 groups of G = 4; group 0 holds a duplicate (count weights 2/3, 2/3, 4/3, 4/3)
         [[5, 6, 7], [5, 6, 7], [8, 9], [10, 11, 12, 5]],
@@ -173,13 +172,29 @@ if verl is not None:
         [[11, 10], [5, 5, 5, 5], [6, 7, 8], [9]],
     ]
     REWARDS = [[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]]
+    BATCH_MULTIPLE = 16  # verl's upsampling adds 4 padding rows to the 12 real ones
+    BATCH_COUNTER = itertools.count()
 
-    def rollout_rows(seed: int = 0):
-        """TransferQueue rows as verl's agent loop writes them (before the old pass), plus one verl padding row."""
+    @pytest.fixture(scope="module")
+    def data_plane():
+        """A local Ray, the real TransferQueue and the actor worker (tests/verl_tq_worker.py) in a Ray actor.
+
+        One storage unit: each of TransferQueue's storage units is a Ray actor that holds a CPU. Shared by the tests of
+        this file (Ray and TransferQueue take ~10 s to start); each test writes its own keys and clears them."""
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}})
+        transfer_queue.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+        worker = ray.remote(num_cpus=0)(verl_tq_worker.LogitsActorWorker).remote()
+        yield worker
+        transfer_queue.close()
+        ray.shutdown()
+
+    def put_rollout(seed: int = 0) -> KVBatchMeta:
+        """Rows in TransferQueue as verl's agent loop leaves them, verl's own padding rows added; the handle as verl's
+        replay buffer samples it (no field list: the old pass fetches every field)."""
         g = torch.Generator().manual_seed(seed)
-        rewards = torch.tensor(REWARDS)
-        adv = reco_mini.group_advantages(rewards)  # GRPO's advantages, one per response
-        rows, tags = [], []
+        run = next(BATCH_COUNTER)
+        rows, keys = [], []
         for p, group in enumerate(GROUP_RESPONSES):
             for i, resp in enumerate(group):
                 prompt = torch.randint(1, VOCAB, (2 + (p + i) % 3,), generator=g)
@@ -188,105 +203,66 @@ if verl is not None:
                 if p == 1 and i == 1:
                     mask[2] = 0  # a tool-output token inside a response
                 score = torch.zeros(len(resp))
-                score[-1] = rewards[p, i]
-                rows.append(dict(uid=f"prompt{p}", prompts=prompt, responses=response, response_mask=mask, loss_mask=mask,
-                                 input_ids=torch.cat([prompt, response]), position_ids=torch.arange(len(prompt) + len(resp)),
-                                 rm_scores=score, rollout_log_probs=torch.full((len(resp),), -1.0),
-                                 advantages=adv[p, i] * torch.ones(len(resp))))
-                tags.append({"status": "success"})
-        # verl's padding row (trainer/ppo/padding_utils.py): a copy of a real row's uid, one masked response token
-        no_token = torch.zeros(1, dtype=torch.long)
-        pad = dict(rows[4], prompts=torch.full((3,), 2), responses=torch.tensor([2]), response_mask=no_token,
-                   loss_mask=no_token, input_ids=torch.full((4,), 2), position_ids=torch.arange(4),
-                   rm_scores=torch.zeros(1), rollout_log_probs=torch.zeros(1), advantages=torch.zeros(1))
-        rows.append(pad)
-        tags.append({"status": "success", "is_padding": True})
-        n_tok = sum(len(r["input_ids"]) for r in rows)
-        old_logits = torch.randn(n_tok, VOCAB, generator=g) * 2.0
-        new_logits = old_logits + 0.4 * torch.randn(n_tok, VOCAB, generator=g)
-        return rows, tags, old_logits, new_logits
+                score[-1] = REWARDS[p][i]
+                n = len(prompt) + len(resp)
+                rows.append(dict(uid=f"run{run}prompt{p}", prompts=prompt, responses=response, response_mask=mask,
+                                 loss_mask=mask, input_ids=torch.cat([prompt, response]), position_ids=torch.arange(n),
+                                 attention_mask=torch.ones(n, dtype=torch.long), rm_scores=score,
+                                 rollout_log_probs=torch.full((len(resp),), -1.0)))
+                keys.append(f"run{run}prompt{p}_{i}_0")  # verl's key layout: {uid}_{session}_{index}
+        tags = [{"status": "success"} for _ in rows]
+        transfer_queue.kv_batch_put(keys=keys, partition_id="train", fields=tu.list_of_dict_to_tensordict(rows), tags=tags)
+        batch = KVBatchMeta(keys=keys, tags=tags, partition_id="train")
+        return upsample_batch_to_divisible_size(batch, batch_multiple=BATCH_MULTIPLE, eos_token_id=2)
 
-    class FakeTransferQueue:
-        """The two TransferQueue calls verl's v1 trainer steps make, over rows kept in memory."""
+    def read_rows(batch: KVBatchMeta, names: list[str]) -> list[dict]:
+        data = transfer_queue.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
+        return [{n: data[n][b] for n in names} for b in range(len(batch))]
 
-        def __init__(self, rows, meta):
-            self.rows = {f"k{i}": dict(r) for i, r in enumerate(rows)}
-            self.meta = meta
+    class RayActorWorkerGroup:
+        """The trainer's actor_rollout_wg: each call goes, with the trainer's KVBatchMeta, to one worker in a Ray actor.
 
-        def kv_batch_get(self, keys, partition_id, select_fields=None):
-            rows = [self.rows[k] for k in keys]
-            names = select_fields if select_fields is not None else list(rows[0])
-            return tu.list_of_dict_to_tensordict([{n: r[n] for n in names if n in r} for r in rows])
+        Stand-in for verl's RayWorkerGroup, whose resource pool asks Ray for GPUs (single_controller/ray/base.py);
+        verl's dispatch over DP ranks is not run (one rank)."""
 
-        def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
-            for name in fields.keys():
-                value = fields.get(name)
-                per_row = value.unbind() if isinstance(value, torch.Tensor) else list(value)
-                for k, v in zip(keys, per_row):
-                    self.rows[k][name] = v
-            return self.meta
-
-    def stub_engine():
-        """verl's FSDP engine class without a model, as verl's own CPU tests use it."""
-        engine = FSDPEngineWithLMHead.__new__(FSDPEngineWithLMHead)
-        engine.use_ulysses_sp, engine.pad_to_length = False, False
-        engine.engine_config = SimpleNamespace(entropy_checkpointing=False, entropy_from_logits_with_chunking=False)
-        engine.compute_entropy_from_logits = verl_F.entropy_from_logits
-        return engine
-
-    def engine_outputs(micro_batch, logits):
-        """verl's FSDPEngineWithLMHead.prepare_model_inputs/prepare_model_outputs on packed logits [total_nnz, V]."""
-        engine = stub_engine()
-        _, output_args = engine.prepare_model_inputs(micro_batch)
-        return engine.prepare_model_outputs(SimpleNamespace(logits=logits.unsqueeze(0)), output_args, micro_batch, None)
-
-    class FakeWorkerGroup:
-        """An actor worker group: the old pass and the update run verl's engine output code on given logits."""
-
-        def __init__(self, queue: FakeTransferQueue, old_logits, new_logits):
-            self.queue, self.old_logits, self.new_logits = queue, old_logits, new_logits
-            self.calls, self.loss_fn = [], None
+        def __init__(self, actor, old_logits, new_logits):
+            self.actor, self.calls, self.seen = actor, [], None
+            ray.get(actor.set_logits.remote(old_logits, new_logits))
 
         def set_loss_fn(self, loss_fn):
-            self.loss_fn = pickle.loads(pickle.dumps(loss_fn))  # as Ray ships it to each worker process
-
-        def micro_batch(self, batch, **extra):
-            data = self.queue.kv_batch_get(batch.keys, batch.partition_id)  # tqbridge: every field
-            tu.assign_non_tensor(data, use_remove_padding=True, **batch.extra_info, **extra)
-            return data
+            ray.get(self.actor.fresh_process.remote())
+            ray.get(self.actor.set_loss_fn.remote(loss_fn))  # Ray pickles the loss; the worker process unpickles it
 
         def compute_log_prob(self, batch):
-            self.calls.append(("compute_log_prob", dict(batch.extra_info)))
-            with torch.no_grad():
-                out = engine_outputs(self.micro_batch(batch), self.old_logits)
-            self.queue.kv_batch_put(batch.keys, batch.partition_id, TensorDict(out, batch_size=len(batch.keys)))
-            return batch
+            self.calls.append(("compute_log_prob", dict(batch.extra_info), batch.fields))
+            return ray.get(self.actor.compute_log_prob.remote(batch))
 
         def update_actor(self, batch):
-            self.calls.append(("update_actor", dict(batch.extra_info)))
-            data = self.micro_batch(batch, dp_size=1)
-            tu.assign_non_tensor(data, batch_num_tokens=int(data["loss_mask"].values().sum()))
-            self.logits = self.new_logits.clone().requires_grad_(True)
-            out = engine_outputs(data, self.logits)
-            loss, metrics = self.loss_fn(model_output=out, data=data, dp_group=None)
-            loss.backward()
-            self.seen = {"loss": loss.detach(), "grad": self.logits.grad, "data": data, "metrics": metrics}
-            return {"metrics": {"mfu": [0.0], "pg_loss": [loss.item()]}}
+            self.calls.append(("update_actor", dict(batch.extra_info), batch.fields))
+            output = ray.get(self.actor.update_actor.remote(batch))
+            self.seen = ray.get(self.actor.last_update.remote())
+            return output
 
-    def run_trainer_steps(config, monkeypatch, seed=0):
-        """verl's real _compute_old_log_prob and _update_actor, through the plugin's trainer."""
-        monkeypatch.setattr(verl_F, "calculate_sum_pi_squared_from_logits", plugin.VERL_SUM_PI_SQUARED)  # restored after
-        rows, tags, old_logits, new_logits = rollout_rows(seed)
-        meta = KVBatchMeta(keys=[f"k{i}" for i in range(len(rows))], tags=tags, partition_id="train", extra_info={})
-        queue = FakeTransferQueue(rows, meta)
-        monkeypatch.setattr(transfer_queue, "kv_batch_get", queue.kv_batch_get)
-        monkeypatch.setattr(transfer_queue, "kv_batch_put", queue.kv_batch_put)
+    def run_trainer_steps(config, worker, seed=0):
+        """verl's real _compute_old_log_prob, _compute_advantage and _update_actor through the plugin's trainer, on the
+        real TransferQueue; the update's micro-batch is what verl's bridge fetched for the handle the trainer passed."""
+        batch = put_rollout(seed)
+        rows = read_rows(batch, ["prompts", "responses", "response_mask", "input_ids"])
+        n_tok = sum(len(r["input_ids"]) for r in rows)
+        g = torch.Generator().manual_seed(seed + 1)
+        old_logits = torch.randn(n_tok, VOCAB, generator=g) * 2.0
+        new_logits = old_logits + 0.4 * torch.randn(n_tok, VOCAB, generator=g)
         trainer = plugin.RecoTrainer(config)  # verl's own __init__ (replay buffer etc.) runs
-        trainer.actor_rollout_wg = FakeWorkerGroup(queue, old_logits, new_logits)
+        trainer.actor_rollout_wg = RayActorWorkerGroup(worker, old_logits, new_logits)
         trainer.actor_rollout_wg.set_loss_fn(trainer.make_loss())  # what the trainer's _setup does after init_model
         metrics = {}
-        batch = trainer._compute_old_log_prob(meta, metrics)
-        batch = trainer._update_actor(batch, metrics)
+        batch = trainer._compute_old_log_prob(batch, metrics)
+        batch = trainer._compute_advantage(batch, metrics)
+        advantages = [float(r["advantages"][0]) for r in read_rows(batch, ["advantages"])]  # verl's GRPO advantages
+        for row, adv in zip(rows, advantages):
+            row["advantage"] = adv
+        trainer._update_actor(batch, metrics)
+        transfer_queue.kv_clear(keys=batch.keys, partition_id=batch.partition_id)
         return trainer, metrics, rows, old_logits, new_logits
 
     def reference_loss(cfg, rows, old_logits, new_logits, global_batch_size):
@@ -306,9 +282,9 @@ if verl is not None:
             mask[b, :n] = r["response_mask"].float()
             start += p + n
         logp, v = torch.stack(logp), torch.stack(v)
-        adv = torch.tensor([float(r["advantages"][0]) for r in rows])
+        adv = torch.tensor([r["advantage"] for r in rows])
         P, G = len(GROUP_RESPONSES), len(GROUP_RESPONSES[0])
-        real = slice(0, P * G)  # the last row is verl's padding row: weight 1, mask 0
+        real = slice(0, P * G)  # the rows after these are verl's padding rows: weight 1, mask 0
         weights = torch.ones(B)
         if cfg.occurrence != "none":
             weights[real] = reco_mini.occurrence_weights(
@@ -322,6 +298,20 @@ if verl is not None:
         (grad,) = torch.autograd.grad(loss, logits)
         return loss.detach(), grad, weights
 
+    RECO_FIELDS = {"reco_weights", "reco_v_old", "reco_v_old_mean"}
+
+    def test_update_handle_lists_every_field_the_loss_reads(base_config, data_plane):
+        """The KVBatchMeta reaching update_actor lists ReCo's fields, and verl's bridge hands exactly those to the loss.
+
+        Without the fix (the handle of a put thrown away) the worker's batch lacked reco_weights and reco_v_old_mean."""
+        cfg = config_with(base_config, reco__occurrence="count", reco__token_ratio="variance-old")
+        trainer, *_ = run_trainer_steps(cfg, data_plane)
+        wg = trainer.actor_rollout_wg
+        (_, _, old_fields), (_, _, update_fields) = wg.calls
+        assert old_fields is None  # the replay buffer's handle: every field
+        assert RECO_FIELDS <= set(update_fields) and {"advantages", "old_log_probs"} <= set(update_fields)
+        assert RECO_FIELDS <= set(wg.seen["data"].keys())
+
     RECO_CASES = [(occ, ratio, "all", "batch", "token-mean") for occ in ("sequence", "token-mean", "count")
                   for ratio in ("variance", "variance-old")]
     RECO_CASES += [("sequence", "variance", "positive", "batch", "token-mean"),
@@ -329,11 +319,11 @@ if verl is not None:
                    ("none", "variance-old", "all", "batch", "seq-mean-token-mean")]
 
     @pytest.mark.parametrize("occurrence,token_ratio,apply,norm,agg", RECO_CASES)
-    def test_reco_loss_equals_reco_mini_through_verl_trainer_and_engine(base_config, monkeypatch, occurrence, token_ratio,
-                                                                        apply, norm, agg):
+    def test_reco_loss_equals_reco_mini_on_the_real_data_plane(base_config, data_plane, occurrence, token_ratio, apply,
+                                                                norm, agg):
         cfg = config_with(base_config, reco__occurrence=occurrence, reco__token_ratio=token_ratio,
                           reco__occurrence_apply=apply, reco__variance_norm=norm, actor_rollout_ref__actor__loss_agg_mode=agg)
-        trainer, metrics, rows, old_logits, new_logits = run_trainer_steps(cfg, monkeypatch)
+        trainer, metrics, rows, old_logits, new_logits = run_trainer_steps(cfg, data_plane)
         wg, loss_cfg = trainer.actor_rollout_wg, trainer.reco
         assert not plugin.terms_off(loss_cfg)
         ref_loss, ref_grad, ref_w = reference_loss(loss_cfg, rows, old_logits, new_logits,
@@ -348,39 +338,39 @@ if verl is not None:
             assert "reco/rho_mean" in wg.seen["metrics"] and "reco/rho_max" in wg.seen["metrics"]
 
     @pytest.mark.parametrize("token_ratio", ["variance", "variance-old", "is"])
-    def test_trainer_flags_fields_and_count_weights(base_config, monkeypatch, token_ratio):
+    def test_trainer_flags_fields_and_count_weights(base_config, data_plane, token_ratio):
         cfg = config_with(base_config, reco__occurrence="count", reco__token_ratio=token_ratio)
-        trainer, metrics, rows, *_ = run_trainer_steps(cfg, monkeypatch)
+        trainer, metrics, rows, *_ = run_trainer_steps(cfg, data_plane)
         wg = trainer.actor_rollout_wg
         assert type(trainer.replay_buffer) is ReplayBuffer  # the sync trainer's, not ReplayBufferAsync
-        (old_call, old_info), (update_call, update_info) = wg.calls
+        (old_call, old_info, _), (update_call, update_info, _) = wg.calls
         assert old_call == "compute_log_prob" and old_info["calculate_sum_pi_squared"] is (token_ratio != "is")
         assert old_info["compute_loss"] is False and old_info["temperature"] == TEMPERATURE
         assert update_call == "update_actor" and update_info["calculate_sum_pi_squared"] is (token_ratio == "variance")
         data = wg.seen["data"]
         # count weights: group 0 = [y, y, a, b] -> m = [2, 2, 1, 1] -> w = (1/m) / mean(1/m) = [2/3, 2/3, 4/3, 4/3];
-        # groups 1 and 2 have distinct responses -> 1; verl's padding row (same uid as group 1) -> 1 and no effect
-        expected = torch.tensor([2 / 3, 2 / 3, 4 / 3, 4 / 3] + [1.0] * 9)
+        # groups 1 and 2 have distinct responses -> 1; verl's padding rows -> 1 and no effect
+        expected = torch.tensor([2 / 3, 2 / 3, 4 / 3, 4 / 3] + [1.0] * (BATCH_MULTIPLE - 4))
         torch.testing.assert_close(data["reco_weights"], expected)
         assert metrics["reco/w_max"] == pytest.approx(4 / 3) and metrics["reco/w_min"] == pytest.approx(2 / 3)
         if token_ratio != "is":
-            assert "reco_v_old" in data and metrics["reco/v_old_mean"] > 0
-            assert verl_F.calculate_sum_pi_squared_from_logits is plugin.sum_pi_squared_fp32  # in ReCo's worker
+            assert "reco_v_old" in data.keys() and metrics["reco/v_old_mean"] > 0
+            assert not wg.seen["verl_sum_pi_squared"]  # ReCo's worker computes sum pi^2 in fp32
         else:
-            assert "reco_v_old" not in data
-            assert verl_F.calculate_sum_pi_squared_from_logits is plugin.VERL_SUM_PI_SQUARED
+            assert "reco_v_old" not in data.keys() and wg.seen["verl_sum_pi_squared"]
 
-    def test_f_grpo_scales_advantages_and_keeps_verl_loss(base_config, monkeypatch):
+    def test_f_grpo_scales_advantages_and_keeps_verl_loss(base_config, data_plane):
         cfg = config_with(base_config, reco__method="f-grpo", reco__focal_gamma=2.0)
-        trainer, metrics, rows, *_ = run_trainer_steps(cfg, monkeypatch)
+        trainer, metrics, rows, *_ = run_trainer_steps(cfg, data_plane)
         assert plugin.terms_off(trainer.reco) and trainer.reco.focal_gamma == 2.0
         data = trainer.actor_rollout_wg.seen["data"]
         mu = torch.tensor(REWARDS).gt(0).float().mean(1)  # group success rates
-        scale = torch.cat([((1 - mu) ** 2).repeat_interleave(4), torch.ones(1)])
-        adv = torch.tensor([float(r["advantages"][0]) for r in rows])
+        scale = torch.cat([((1 - mu) ** 2).repeat_interleave(4), torch.ones(BATCH_MULTIPLE - 12)])
+        adv = torch.tensor([r["advantage"] for r in rows])  # verl's GRPO advantages before the update
         got = data["advantages"].to_padded_tensor(0.0)[:, 0]
+        assert adv[:12].abs().min() > 0  # the real rows
         torch.testing.assert_close(got, adv * scale)
-        assert "reco_weights" not in data and "reco_v_old" not in data
+        assert not RECO_FIELDS & set(data.keys())
 
     # ---------------------------------------------------------------- precision of sum pi^2 on bf16 logits
 
