@@ -226,6 +226,8 @@ def _reco_field(data: TensorDict, name: str) -> torch.Tensor:
 def reco_ppo_loss(config, model_output, data: TensorDict, dp_group=None, *, loss_cfg: LossConfig):
     """ReCo's actor loss on one micro-batch, with verl's `ppo_loss` signature, normalisers and metrics."""
     log_prob = no_padding_2_padding(model_output["log_probs"], data)  # [B, T]
+    # bf16/fp16 engine outputs (verl's FSDP mixed precision): ReCo's loss is computed in fp32
+    log_prob = log_prob.to(torch.promote_types(log_prob.dtype, torch.float32))
     entropy = model_output.get("entropy", None)
     if entropy is not None:
         entropy = no_padding_2_padding(entropy, data)
@@ -241,13 +243,13 @@ def reco_ppo_loss(config, model_output, data: TensorDict, dp_group=None, *, loss
     metric_aggregation = AggregationType.SUM if summed else AggregationType.MEAN
 
     mask = _padded(data["response_mask"]).to(log_prob.dtype)
-    advantages = _padded(data["advantages"]).to(log_prob.dtype)
+    advantages = _padded(data["advantages"]).double()
     n_tok = mask.sum(-1)
     adv = (advantages * mask).sum(-1) / n_tok.clamp(min=1)  # [B]: the response's advantage
     if ((advantages - adv[:, None]).abs() * mask).max() > 1e-5 * (1.0 + adv.abs().max()):
         raise RecoConfigError("algorithm.adv_estimator", "gave advantages that vary within a response; "
                                                          "ReCo needs one advantage per response")
-    batch = {"old_logp": _padded(data["old_log_probs"]).to(log_prob.dtype), "mask": mask, "advantages": adv}
+    batch = {"old_logp": _padded(data["old_log_probs"]).to(log_prob.dtype), "mask": mask, "advantages": adv.to(log_prob.dtype)}
     if loss_cfg.occurrence != "none":
         batch["weights"] = _reco_field(data, "reco_weights").to(log_prob.dtype)
     if needs_v_old(loss_cfg):

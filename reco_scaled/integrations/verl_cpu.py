@@ -1,0 +1,138 @@
+"""A CPU platform for verl 0.9.1, so that its actor worker (FSDP2 engine, gloo) runs without an accelerator.
+
+verl 0.9.1 ships platforms for cuda, npu and rocm only; on a machine without them it falls back to cuda
+(verl/plugin/platform/platform_manager.py, _detect_platform_name). Loaded in every process that imports verl with
+
+    VERL_USE_EXTERNAL_MODULES=reco_scaled.integrations.verl_cpu VERL_PLATFORM=cpu VERL_ENGINE_DEVICE=cuda
+
+(verl/__init__.py imports VERL_USE_EXTERNAL_MODULES on `import verl`; VERL_PLATFORM picks the platform;
+VERL_ENGINE_DEVICE=cuda makes verl's EngineRegistry hand out its FSDP engine, registered for cuda and npu only,
+verl/workers/engine/fsdp/transformer_impl.py:1143). Set the model's attention to eager or sdpa
+(`+actor_rollout_ref.model.override_config.attn_implementation=eager`; verl's default is flash_attention_2) and
+run worker groups with use_gpu=False. For tests and small experiments: no rollout engine runs on CPU (docs/verl.md).
+"""
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import torch
+import verl.utils.distributed as verl_distributed
+from verl.plugin.platform.platform_base import PlatformBase
+from verl.plugin.platform.platform_manager import PlatformRegistry
+
+PLATFORM = "cpu"
+
+
+class CpuDeviceModule:
+    """torch.cpu, plus the accelerator calls verl makes on its device module: memory reads 0, caches are no-ops."""
+
+    def __getattr__(self, name):
+        return getattr(torch.cpu, name)
+
+    memory_reserved = memory_allocated = max_memory_reserved = max_memory_allocated = staticmethod(lambda *a, **k: 0)
+    empty_cache = ipc_collect = set_per_process_memory_fraction = staticmethod(lambda *a, **k: None)
+    mem_get_info = staticmethod(lambda *a, **k: (0, 0))
+    get_device_name = staticmethod(lambda *a, **k: "cpu")
+    get_rng_state = staticmethod(lambda *a, **k: torch.get_rng_state())
+    set_rng_state = staticmethod(lambda state, *a, **k: torch.set_rng_state(state))
+
+
+CPU_DEVICE_MODULE = CpuDeviceModule()
+
+
+@PlatformRegistry.register(platform=PLATFORM)
+class PlatformCPU(PlatformBase):
+    """The host CPU as verl's accelerator: device "cpu" (also where verl asks for a device id), gloo, no IPC."""
+
+    @property
+    def device_name(self) -> str:
+        return "cpu"
+
+    @property
+    def vendor_name(self) -> str:
+        return "cpu"
+
+    @property
+    def device_module(self):
+        return CPU_DEVICE_MODULE
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_platform_available(self, use_smi_check=False) -> bool:
+        return False  # chosen only through VERL_PLATFORM=cpu, never by auto-detection
+
+    def current_device(self):
+        # verl moves tensors and modules to get_device_id(); torch reads the integer 0 as cuda:0
+        return "cpu"
+
+    def device_count(self) -> int:
+        return 1
+
+    def set_device(self, device_index) -> None:
+        return None
+
+    def synchronize(self, device_index=None) -> None:
+        return None
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def set_allocator_settings(self, settings: str) -> None:
+        return None
+
+    def empty_cache(self) -> None:
+        return None
+
+    def get_device_capability(self, device_index: int = 0):
+        return None, None
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def visible_devices_envvar(self) -> str:
+        return "CUDA_VISIBLE_DEVICES"  # what Ray sets; it stays empty on a CPU-only worker
+
+    @contextmanager
+    def nvtx_range(self, msg: str):
+        yield
+
+    def profiler_start(self) -> None:
+        return None
+
+    def profiler_stop(self) -> None:
+        return None
+
+    def ray_resource_name(self) -> str:
+        return "CPU"
+
+    def ray_resource_options(self, num_gpus: float) -> dict:
+        return {"num_cpus": num_gpus}
+
+    def ray_noset_envvars(self) -> list[str]:
+        return []
+
+    def is_ipc_supported(self) -> bool:
+        return False
+
+    def cudart(self):
+        return None
+
+
+def _gloo_process_group(initialize=verl_distributed.initialize_global_process_group_ray):
+    """verl's process-group start with the backend "cpu:gloo": verl builds "cpu:gloo,{device}:{backend}", which torch
+    refuses when the device is cpu (a duplicate device type; verl/utils/distributed.py:89)."""
+
+    def initialize_global_process_group_ray(timeout_second=None, backend=None):
+        return initialize(timeout_second=timeout_second, backend=backend or "cpu:gloo")
+
+    return initialize_global_process_group_ray
+
+
+if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM:
+    # before verl's workers import the function by name (this module loads on `import verl`)
+    verl_distributed.initialize_global_process_group_ray = _gloo_process_group()
