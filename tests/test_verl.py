@@ -28,6 +28,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 VENV_PYTHON = Path(os.environ.get("VERL_VENV", ROOT / ".venv-verl")) / "bin" / "python"  # as .ci/setup-verl.sh
 INNER = "RECO_VERL_INNER_RUN"
+# verl on CPU (reco_scaled/integrations/verl_cpu.py): set before verl is imported, here and in Ray's worker processes
+CPU_PLATFORM = {"VERL_USE_EXTERNAL_MODULES": "reco_scaled.integrations.verl_cpu", "VERL_PLATFORM": "cpu",
+                "VERL_ENGINE_DEVICE": "cuda"}
+for _name, _value in CPU_PLATFORM.items():
+    os.environ.setdefault(_name, _value)
 
 try:
     import verl
@@ -67,6 +72,7 @@ if verl is not None:
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.utils.losses import ppo_loss
 
+    import reco_countdown
     import reco_mini
     from reco_scaled.integrations import verl as plugin
 
@@ -182,7 +188,8 @@ if verl is not None:
         One storage unit: each of TransferQueue's storage units is a Ray actor that holds a CPU. Shared by the tests of
         this file (Ray and TransferQueue take ~10 s to start); each test writes its own keys and clears them."""
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}})
+                 runtime_env={"env_vars": CPU_PLATFORM | {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+                                                          "OMP_NUM_THREADS": "1"}})
         transfer_queue.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
         worker = ray.remote(num_cpus=0)(verl_tq_worker.LogitsActorWorker).remote()
         yield worker
@@ -371,6 +378,90 @@ if verl is not None:
         assert adv[:12].abs().min() > 0  # the real rows
         torch.testing.assert_close(got, adv * scale)
         assert not RECO_FIELDS & set(data.keys())
+
+    # ---------------------------------------------------------------- verl's own actor worker (FSDP2 on CPU), two steps
+
+    @pytest.fixture(scope="module")
+    def actor_workers(data_plane, tmp_path_factory):
+        """verl's ActorRolloutRefWorker (role actor: FSDP2 engine, gloo) on a tiny random Qwen2, in verl's RayWorkerGroup.
+
+        The worker group runs with use_gpu=False on the CPU platform of reco_scaled.integrations.verl_cpu."""
+        from transformers import GenerationConfig
+        from verl.single_controller.ray.base import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+        from verl.workers.engine_workers import ActorRolloutRefWorker
+
+        path = tmp_path_factory.mktemp("tiny_qwen2")
+        tokenizer = reco_countdown.char_tokenizer()
+        torch.manual_seed(0)
+        model = reco_countdown.tiny_model(tokenizer, hidden=64, layers=2)
+        model.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+            cfg = compose(config_name="ppo_trainer", overrides=[
+                "algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=reco", "trainer.device=cpu",
+                f"actor_rollout_ref.rollout.n={ACTOR_GROUP}", f"actor_rollout_ref.rollout.temperature={TEMPERATURE}",
+                f"actor_rollout_ref.model.path={path}", "+actor_rollout_ref.model.override_config.attn_implementation=eager",
+                "actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.strategy=fsdp2",
+                "actor_rollout_ref.actor.optim.lr=1e-3", f"actor_rollout_ref.actor.ppo_mini_batch_size={ACTOR_PROMPTS}",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+                "+reco.method=reco", "+reco.occurrence=count"])
+        pool = RayResourcePool(process_on_nodes=[1], use_gpu=False, max_colocate_count=1)
+        workers = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(
+            cls=ray.remote(ActorRolloutRefWorker), config=cfg.actor_rollout_ref, role="actor"), use_gpu=False, device_name="cpu")
+        workers.init_model()
+        return cfg, workers, model, tokenizer
+
+    ACTOR_PROMPTS, ACTOR_GROUP = 2, 4
+
+    def sample_rollout(model, tokenizer, step: int) -> KVBatchMeta:
+        """Rollout stand-in (no verl rollout engine runs on CPU, docs/verl.md): HF `generate` from the initial
+        checkpoint, rows written to TransferQueue as verl's agent loop writes them; group 0 gets a duplicate response
+        (so that `count` gives weights != 1); rewards 1 for the first two responses of each group."""
+        rows, keys = [], []
+        g = torch.Generator().manual_seed(step)
+        for p in range(ACTOR_PROMPTS):
+            prompt = torch.cat([torch.tensor([tokenizer.bos_token_id]), torch.randint(4, len(tokenizer), (5,), generator=g)])
+            torch.manual_seed(100 * step + p)
+            with torch.no_grad():
+                out = model.generate(prompt[None].repeat(ACTOR_GROUP, 1), do_sample=True, temperature=TEMPERATURE,
+                                     max_new_tokens=6, min_new_tokens=2)
+            responses = [r[r != tokenizer.pad_token_id] for r in out[:, len(prompt):]]
+            if p == 0:
+                responses[1] = responses[0].clone()
+            for i, resp in enumerate(responses):
+                n = len(prompt) + len(resp)
+                score = torch.zeros(len(resp))
+                score[-1] = float(i < 2)
+                ones = torch.ones(len(resp), dtype=torch.long)
+                rows.append(dict(uid=f"step{step}prompt{p}", prompts=prompt, responses=resp, input_ids=torch.cat([prompt, resp]),
+                                 response_mask=ones, loss_mask=ones, attention_mask=torch.ones(n, dtype=torch.long),
+                                 position_ids=torch.arange(n), rm_scores=score,
+                                 rollout_log_probs=torch.zeros(len(resp))))
+                keys.append(f"step{step}prompt{p}_{i}_0")
+        tags = [{"status": "success"} for _ in rows]
+        transfer_queue.kv_batch_put(keys=keys, partition_id="train", fields=tu.list_of_dict_to_tensordict(rows), tags=tags)
+        return KVBatchMeta(keys=keys, tags=tags, partition_id="train")
+
+    def test_two_reco_steps_on_verl_actor_worker(actor_workers):
+        """Two steps of verl's sync pipeline after the rollout (old pass, GRPO advantages, actor update) with ReCo on verl's
+        real actor worker, TransferQueue and Ray; the rollout is the stand-in above. The update logs ReCo's metrics from
+        inside the loss (rho) and from the trainer (w), so a field dropped on the way to the worker fails here."""
+        cfg, workers, model, tokenizer = actor_workers
+        trainer = plugin.RecoTrainer(cfg)
+        trainer.actor_rollout_wg = workers
+        workers.set_loss_fn(trainer.make_loss())  # as RecoTrainer._setup does after init_model
+        for step in range(2):
+            metrics = {}
+            batch = sample_rollout(model, tokenizer, step)
+            batch = trainer._compute_old_log_prob(batch, metrics)
+            batch = trainer._compute_advantage(batch, metrics)
+            batch = trainer._update_actor(batch, metrics)
+            transfer_queue.kv_clear(keys=batch.keys, partition_id=batch.partition_id)
+            assert metrics["reco/w_min"] < 1.0 < metrics["reco/w_max"]  # the duplicate in group 0
+            assert 0.0 < metrics["actor/reco/rho_mean"] <= metrics["actor/reco/rho_max"] <= trainer.reco.variance_cap
+            assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
 
     # ---------------------------------------------------------------- precision of sum pi^2 on bf16 logits
 
