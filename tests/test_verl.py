@@ -493,7 +493,7 @@ if verl is not None:
                 "from verl.trainer.ppo.v1 import get_trainer_cls\n"  # as verl's TaskRunnerV1 picks the trainer
                 "print(get_trainer_cls('reco').__module__, F.calculate_sum_pi_squared_from_logits.__module__,\n"
                 "      get_trainer_cls('sync').__module__)")
-        env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_PLUGINS", "VERL_USE_EXTERNAL_MODULES")}
+        env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_PLUGINS", *CPU_PLATFORM)}  # verl as shipped
         run = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
         # on `import verl`: the entry point ran, the plugin and verl's trainer are not imported
