@@ -1,13 +1,15 @@
 """The verl 0.9.1 plugin (reco_scaled/integrations/verl.py), tested on CPU against verl's own code.
 
 verl 0.9.1 cannot share the main interpreter (it needs transformers<5.11), so it lives in .venv-verl, built by
-`bash .ci/setup-verl.sh`. Under the main interpreter this file holds one test, which runs this same file with
-.venv-verl's python (and skips, saying why, where .venv-verl could not be built); under .venv-verl it holds the tests:
-GRPO parity with verl's ppo_loss, ReCo parity with reco_mini.policy_loss through verl's FSDP engine output code and
-verl's real v1 trainer steps (fake TransferQueue and worker group), sum pi^2 precision on bf16 logits, registration
-on `import verl`, the refusals, and docs/verl.md's recipes against verl's config. Beyond the plugin's own list, the
-tests use verl internals: FSDPEngineWithLMHead built with __new__ (use_ulysses_sp, pad_to_length, engine_config,
-compute_entropy_from_logits set by hand, as verl's own CPU tests do) and the TransferQueue calls kv_batch_get/put.
+`bash .ci/setup-verl.sh` (VERL_VENV names another one). Under the main interpreter this file holds one test, which runs
+this same file with that venv's python (and skips, saying why, where it could not be built); under the venv it holds
+the tests: GRPO parity with verl's ppo_loss; on the real data plane (a local Ray, the real TransferQueue, verl's
+padding rows, verl's tqbridge in a Ray actor) ReCo parity with reco_mini.policy_loss, the handle the update gets and
+the trainer glue; two ReCo steps on verl's own actor worker (FSDP2 on CPU, reco_scaled/integrations/verl_cpu.py);
+sum pi^2 precision on bf16 logits; registration on `import verl`; the refusals; docs/verl.md's recipes against
+verl's config. docs/stand_ins.md lists what stands in for what. Beyond the plugin's own list, the tests use verl
+internals: FSDPEngineWithLMHead built with __new__ (tests/verl_tq_worker.py), upsample_batch_to_divisible_size, the
+trainer's _compute_advantage, and the worker constructors ActorRolloutRefWorker(config, role) and RayResourcePool.
 """
 from __future__ import annotations
 

@@ -45,8 +45,10 @@ Private verl names this module depends on (check them on a verl upgrade):
 - verl.trainer.ppo.v1.trainer_base (the module path the entry point waits for): PPOTrainer.trainer_mode (an
   attribute compared with "sync"), ._setup (its actor init_model sets ppo_loss, which set_loss_fn replaces after
   it), ._compute_old_log_prob, ._update_actor, .actor_rollout_wg, .config; KVBatchMeta.extra_info (passed to the
-  engine as micro-batch flags) and .tags["is_padding"]; the TransferQueue field names uid, responses,
-  response_mask, rm_scores, old_log_probs, advantages and sum_pi_squared (the worker's output, full sequence).
+  engine as micro-batch flags), .tags["is_padding"] and .fields (the worker fetches only the fields listed there;
+  kv_batch_put returns a handle listing every stored field, which `put_fields` hands on); the TransferQueue field
+  names uid, responses, response_mask, rm_scores, old_log_probs, advantages and sum_pi_squared (the worker's output,
+  full sequence).
 - verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync (the class subclassed).
 - The micro-batch keys dp_size, batch_num_tokens, global_batch_size and calculate_sum_pi_squared, the
   model_output keys log_probs, entropy and sum_pi_squared, ActorConfig.global_batch_info and ppo_loss's metric
@@ -55,8 +57,8 @@ Private verl names this module depends on (check them on a verl upgrade):
   verl.workers.engine.fsdp.transformer_impl (the attribute replaced in ReCo's worker processes).
 - verl.workers.utils.padding.no_padding_2_padding, response_from_nested (public functions of a private module).
 
-Tested on CPU only, against verl 0.9.1's own code (tests/test_verl.py); never run on a GPU, a Ray cluster or end to
-end (docs/verl.md).
+Tested on CPU only, against verl 0.9.1's own code, TransferQueue and a local Ray, up to two steps on verl's own actor
+worker (tests/test_verl.py); never run on a GPU, a multi-node Ray cluster or through main_ppo (docs/verl.md).
 """
 from __future__ import annotations
 
