@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
 import itertools
 import math
 import os
@@ -33,8 +34,9 @@ INNER = "RECO_VERL_INNER_RUN"
 # verl on CPU (reco_scaled/integrations/verl_cpu.py): set before verl is imported, here and in Ray's worker processes
 CPU_PLATFORM = {"VERL_USE_EXTERNAL_MODULES": "reco_scaled.integrations.verl_cpu", "VERL_PLATFORM": "cpu",
                 "VERL_ENGINE_DEVICE": "cuda"}
-for _name, _value in CPU_PLATFORM.items():
-    os.environ.setdefault(_name, _value)
+if importlib.util.find_spec("verl") is not None:  # only in verl's venv
+    for _name, _value in CPU_PLATFORM.items():
+        os.environ.setdefault(_name, _value)
 
 try:
     import verl

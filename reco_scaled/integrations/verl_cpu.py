@@ -7,9 +7,11 @@ verl 0.9.1 ships platforms for cuda, npu and rocm only; on a machine without the
 
 (verl/__init__.py imports VERL_USE_EXTERNAL_MODULES on `import verl`; VERL_PLATFORM picks the platform;
 VERL_ENGINE_DEVICE=cuda makes verl's EngineRegistry hand out its FSDP engine, registered for cuda and npu only,
-verl/workers/engine/fsdp/transformer_impl.py:1143). Set the model's attention to eager or sdpa
-(`+actor_rollout_ref.model.override_config.attn_implementation=eager`; verl's default is flash_attention_2) and
-run worker groups with use_gpu=False. For tests and small experiments: no rollout engine runs on CPU (docs/verl.md).
+verl/workers/engine/fsdp/transformer_impl.py:1143). Under VERL_PLATFORM=cpu this module also changes one thing of
+verl's in each process: the default backend of verl's process-group start becomes "cpu:gloo" (`_gloo_process_group`).
+Set the model's attention to eager (`+actor_rollout_ref.model.override_config.attn_implementation=eager`; verl's
+default is flash_attention_2) and make worker groups with use_gpu=False. For tests and small experiments: verl's
+rollout engines do not run on CPU (docs/verl.md, "verl on CPU"); tests/test_verl.py uses this platform.
 """
 from __future__ import annotations
 
