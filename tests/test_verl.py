@@ -21,6 +21,7 @@ import math
 import os
 import re
 import shlex
+import string
 import subprocess
 import sys
 from pathlib import Path
@@ -466,6 +467,88 @@ if verl is not None:
             assert metrics["reco/w_min"] < 1.0 < metrics["reco/w_max"]  # the duplicate in group 0
             assert 0.0 < metrics["actor/reco/rho_mean"] <= metrics["actor/reco/rho_max"] <= trainer.reco.variance_cap
             assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
+
+    # ---------------------------------------------------------------- end to end: verl's main_ppo, two steps on CPU
+
+    def byte_level_tokenizer():
+        """One token per printable character, in the byte-level alphabet that Qwen2's tokenizer class pre-tokenizes to
+        (transformers loads any tokenizer of a qwen2 model as Qwen2Tokenizer; verl's agent loop needs "\\n" to be one
+        token), with a chat template that concatenates the messages."""
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        byte_char = bytes_to_unicode()
+        chars = [byte_char[ord(c)] for c in string.printable[:-2]]
+        vocab = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *chars])}
+        backend = Tokenizer(models.BPE(vocab, merges=[], unk_token="<unk>"))
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        backend.decoder = decoders.ByteLevel()
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
+                                            unk_token="<unk>")
+        tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        return tokenizer
+
+    def step_metrics(log: str) -> dict[int, dict[str, float]]:
+        """verl's console logger lines `step:N - name:value - ...`, by step."""
+        steps = {}
+        for line in re.findall(r"step:\d+ - .*", log):
+            pairs = dict(item.rsplit(":", 1) for item in line.split(" - "))
+            steps[int(pairs.pop("step"))] = {k: float(v) for k, v in pairs.items() if re.fullmatch(r"-?[\d.e+-]+|nan|-?inf", v)}
+        return steps
+
+    @pytest.mark.slow
+    def test_main_ppo_two_reco_steps_on_cpu(tmp_path):
+        """`python -m verl.trainer.main_ppo` as a user runs it, 2 steps of ReCo on a tiny random Qwen2 and a local parquet
+        dataset: verl's Ray driver, TaskRunner, TransferQueue, dataloader, agent loop, reward loop, FSDP2 actor and
+        checkpoint manager, with the CPU platform and the hf_cpu rollout of reco_scaled/integrations/verl_cpu.py."""
+        import pandas as pd
+
+        tokenizer = byte_level_tokenizer()
+        torch.manual_seed(0)
+        model = reco_countdown.tiny_model(tokenizer, hidden=64, layers=2)
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.save_pretrained(tmp_path / "model")
+        tokenizer.save_pretrained(tmp_path / "model")
+        rows = [{"data_source": "reco_toy", "prompt": [{"role": "user", "content": f"{a}+{b}="}], "ability": "math",
+                 "reward_model": {"style": "rule", "ground_truth": str(a + b)}, "extra_info": {"index": 4 * a + b}}
+                for a in range(4) for b in range(4)]
+        pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
+        pd.DataFrame(rows[:4]).to_parquet(tmp_path / "val.parquet")
+        (tmp_path / "reward.py").write_text(  # a toy reward with spread: even-length answers score 1
+            "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+            "    return float(len(solution_str.strip()) % 2 == 0)\n")
+        overrides = [
+            "algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=reco", "+reco.method=reco",
+            "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.total_training_steps=2",
+            "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[console]",
+            f"data.train_files={tmp_path / 'train.parquet'}", f"data.val_files={tmp_path / 'val.parquet'}",
+            "data.train_batch_size=2", "data.max_prompt_length=16", "data.max_response_length=8", "data.dataloader_num_workers=0",
+            f"actor_rollout_ref.model.path={tmp_path / 'model'}", "actor_rollout_ref.model.use_remove_padding=true",
+            "+actor_rollout_ref.model.override_config.attn_implementation=eager", "actor_rollout_ref.actor.strategy=fsdp2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.rollout.name=hf_cpu", "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.agent.num_workers=1",
+            "actor_rollout_ref.rollout.checkpoint_engine.backend=naive", "reward.num_workers=1",
+            f"reward.custom_reward_function.path={tmp_path / 'reward.py'}",
+            "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+            # a logical GPU: verl's ResourcePoolManager counts GPUs (single_controller/ray/base.py:230); the CPU platform
+            # asks Ray for CPUs for each worker
+            "+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=16", "+ray_kwargs.ray_init.include_dashboard=false",
+        ]
+        run = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=600, env=os.environ | CPU_PLATFORM | {"OMP_NUM_THREADS": "1"})
+        log = run.stdout + run.stderr
+        assert run.returncode == 0, log[-6000:]
+        steps = step_metrics(log)
+        assert sorted(steps) == [1, 2], log[-6000:]
+        for step in steps.values():
+            assert step["reco/w_min"] < 1.0 < step["reco/w_max"]  # sequence weights, from the trainer
+            assert 0.0 < step["actor/reco/rho_mean"] <= step["actor/reco/rho_max"] <= 10.0  # from inside the loss
+            assert 0.0 < step["reco/v_old_mean"] < 1.0 and math.isfinite(step["actor/pg_loss"])
+        assert any(step["actor/grad_norm"] > 0 for step in steps.values())
 
     # ---------------------------------------------------------------- precision of sum pi^2 on bf16 logits
 

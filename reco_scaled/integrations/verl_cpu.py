@@ -135,6 +135,118 @@ def _gloo_process_group(initialize=verl_distributed.initialize_global_process_gr
     return initialize_global_process_group_ray
 
 
+
+
+# ---------------------------------------------------------------- a CPU rollout: HF generate behind verl's server API
+
+ROLLOUT = "hf_cpu"
+
+
+def _server_name(replica_rank: int) -> str:
+    return f"reco_hf_cpu_rollout_server_{replica_rank}"
+
+
+class HFRolloutServer:
+    """A rollout server (a Ray actor) that answers verl's token-in-token-out `generate` with HF `generate` on CPU."""
+
+    def __init__(self, model_path: str):
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(1)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+        self.global_steps = None  # of the weights served; verl tags each sample with it
+
+    @torch.no_grad()
+    def generate(self, request_id=None, *, prompt_ids: list[int], sampling_params: dict, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        temperature = float(sampling_params.get("temperature", 1.0))
+        max_new = int(sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens") or 16)
+        ids = torch.tensor([prompt_ids])
+        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=temperature > 0,
+                                  temperature=temperature if temperature > 0 else None,
+                                  top_p=float(sampling_params.get("top_p", 1.0)),
+                                  top_k=0, max_new_tokens=max_new, pad_token_id=self.model.generation_config.eos_token_id)
+        response = out[0, ids.shape[1]:]
+        logits = self.model(out).logits[0, ids.shape[1] - 1:-1].float() / max(temperature, 1e-6)
+        log_probs = torch.log_softmax(logits, -1).gather(-1, response[:, None])[:, 0]
+        return TokenOutput(token_ids=response.tolist(), log_probs=log_probs.tolist(), stop_reason="completed",
+                           extra_fields={"global_steps": self.global_steps})
+
+    def load_weights(self, state: dict, global_steps: int | None) -> None:
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - {"lm_head.weight"}:  # a tied head may be left out
+            raise ValueError(f"hf_cpu rollout: weights do not match the model (missing {missing}, unexpected {unexpected})")
+        self.global_steps = global_steps
+
+    def _no_op(self, *args, **kwargs) -> None:
+        return None
+
+    wake_up = sleep = clear_kv_cache = release_kv_cache = resume_kv_cache = resume_generation = _no_op
+    abort_all_requests = start_profile = stop_profile = _no_op
+
+
+def _replica_class():
+    from verl.workers.rollout.replica import RolloutReplica
+
+    class HFRolloutReplica(RolloutReplica):
+        """verl's rollout replica for `actor_rollout_ref.rollout.name=hf_cpu`: one HFRolloutServer, no device."""
+
+        def rollout_worker_use_gpu(self) -> bool:
+            return False
+
+        async def launch_servers(self):
+            import ray
+
+            server = ray.remote(HFRolloutServer).options(name=_server_name(self.replica_rank), num_cpus=0).remote(
+                self.model_config.path)
+            self.servers, self._server_handle, self._server_address = [server], server, _server_name(self.replica_rank)
+
+    return HFRolloutReplica
+
+
+def _adapter_class():
+    from verl.workers.rollout.base import BaseRollout
+
+    class HFRolloutAdapter(BaseRollout):
+        """The actor worker's side of the hf_cpu rollout: sends the actor's weights to the replica's server."""
+
+        def __init__(self, config, model_config, device_mesh, replica_rank: int = -1):
+            super().__init__(config, model_config, device_mesh)
+            self.replica_rank = max(replica_rank, 0)
+            self.is_leader_rank = True
+
+        async def resume(self, tags: list[str]):
+            return None
+
+        async def release(self):
+            return None
+
+        async def update_weights(self, weights, wire_format: str = "named_tensors", global_steps=None, **kwargs):
+            import ray
+
+            state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
+            await ray.get_actor(_server_name(self.replica_rank)).load_weights.remote(state, global_steps)
+
+    return HFRolloutAdapter
+
+
+def __getattr__(name):  # verl's rollout registry imports the adapter by name (verl.workers.rollout.base)
+    if name == "HFRolloutAdapter":
+        return _adapter_class()
+    raise AttributeError(name)
+
+
+def register_rollout() -> None:
+    """`actor_rollout_ref.rollout.name=hf_cpu` through verl's two rollout registries."""
+    from verl.workers.rollout.base import _ROLLOUT_REGISTRY
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    RolloutReplicaRegistry.register(ROLLOUT, _replica_class)
+    _ROLLOUT_REGISTRY[(ROLLOUT, "async")] = f"{__name__}.HFRolloutAdapter"
+
+
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM:
     # before verl's workers import the function by name (this module loads on `import verl`)
     verl_distributed.initialize_global_process_group_ray = _gloo_process_group()
+    register_rollout()
