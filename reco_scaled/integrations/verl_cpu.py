@@ -1,17 +1,16 @@
-"""A CPU platform for verl 0.9.1, so that its actor worker (FSDP2 engine, gloo) runs without an accelerator.
+"""A CPU platform and a CPU rollout for verl 0.9.1, so that `python -m verl.trainer.main_ppo` runs without an accelerator.
 
-verl 0.9.1 ships platforms for cuda, npu and rocm only; on a machine without them it falls back to cuda
-(verl/plugin/platform/platform_manager.py, _detect_platform_name). Loaded in every process that imports verl with
+verl 0.9.1 ships platforms for cuda, npu and rocm only (verl/plugin/platform/platform_manager.py falls back to cuda)
+and server rollouts that need CUDA. Loaded in every process that imports verl with
 
     VERL_USE_EXTERNAL_MODULES=reco_scaled.integrations.verl_cpu VERL_PLATFORM=cpu VERL_ENGINE_DEVICE=cuda
 
 (verl/__init__.py imports VERL_USE_EXTERNAL_MODULES on `import verl`; VERL_PLATFORM picks the platform;
-VERL_ENGINE_DEVICE=cuda makes verl's EngineRegistry hand out its FSDP engine, registered for cuda and npu only,
-verl/workers/engine/fsdp/transformer_impl.py:1143). Under VERL_PLATFORM=cpu this module also changes one thing of
-verl's in each process: the default backend of verl's process-group start becomes "cpu:gloo" (`_gloo_process_group`).
-Set the model's attention to eager (`+actor_rollout_ref.model.override_config.attn_implementation=eager`; verl's
-default is flash_attention_2) and make worker groups with use_gpu=False. For tests and small experiments: verl's
-rollout engines do not run on CPU (docs/verl.md, "verl on CPU"); tests/test_verl.py uses this platform.
+VERL_ENGINE_DEVICE=cuda makes verl's EngineRegistry hand out its FSDP engine, registered for cuda and npu only).
+Under VERL_PLATFORM=cpu this module also registers the rollout `hf_cpu` (actor_rollout_ref.rollout.name=hf_cpu) in
+verl's two rollout registries, and changes one thing of verl's in each process: the default backend of verl's
+process-group start becomes "cpu:gloo" (`_gloo_process_group`). docs/verl.md ("verl on CPU") has the other settings;
+tests/test_verl.py runs it. For tests and small experiments: HF `generate` one prompt at a time.
 """
 from __future__ import annotations
 
