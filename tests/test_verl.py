@@ -6,6 +6,7 @@ this same file with that venv's python (and skips, saying why, where it could no
 the tests: GRPO parity with verl's ppo_loss; on the real data plane (a local Ray, the real TransferQueue, verl's
 padding rows, verl's tqbridge in a Ray actor) ReCo parity with reco_mini.policy_loss, the handle the update gets and
 the trainer glue; two ReCo steps on verl's own actor worker (FSDP2 on CPU, reco_scaled/integrations/verl_cpu.py);
+two steps of `python -m verl.trainer.main_ppo` end to end (the hf_cpu rollout of verl_cpu.py);
 sum pi^2 precision on bf16 logits; registration on `import verl`; the refusals; docs/verl.md's recipes against
 verl's config. docs/stand_ins.md lists what stands in for what. Beyond the plugin's own list, the tests use verl
 internals: FSDPEngineWithLMHead built with __new__ (tests/verl_tq_worker.py), upsample_batch_to_divisible_size, the

@@ -57,8 +57,9 @@ Private verl names this module depends on (check them on a verl upgrade):
   verl.workers.engine.fsdp.transformer_impl (the attribute replaced in ReCo's worker processes).
 - verl.workers.utils.padding.no_padding_2_padding, response_from_nested (public functions of a private module).
 
-Tested on CPU only, against verl 0.9.1's own code, TransferQueue and a local Ray, up to two steps on verl's own actor
-worker (tests/test_verl.py); never run on a GPU, a multi-node Ray cluster or through main_ppo (docs/verl.md).
+Tested on CPU only, against verl 0.9.1's own code, TransferQueue and a local Ray, up to 2 steps of
+`python -m verl.trainer.main_ppo` with the CPU platform and rollout of verl_cpu.py (tests/test_verl.py); never run on
+a GPU or a multi-node Ray cluster (docs/verl.md).
 """
 from __future__ import annotations
 
