@@ -1,34 +1,44 @@
 """The verl 0.9.1 plugin (reco_scaled/integrations/verl.py), tested on CPU against verl's own code.
 
 verl 0.9.1 cannot share the main interpreter (it needs transformers<5.11), so it lives in .venv-verl, built by
-`bash .ci/setup-verl.sh`. Under the main interpreter this file holds one test, which runs this same file with
-.venv-verl's python (and skips, saying why, where .venv-verl could not be built); under .venv-verl it holds the tests:
-GRPO parity with verl's ppo_loss, ReCo parity with reco_mini.policy_loss through verl's FSDP engine output code and
-verl's real v1 trainer steps (fake TransferQueue and worker group), sum pi^2 precision on bf16 logits, registration
-on `import verl`, the refusals, and docs/verl.md's recipes against verl's config. Beyond the plugin's own list, the
-tests use verl internals: FSDPEngineWithLMHead built with __new__ (use_ulysses_sp, pad_to_length, engine_config,
-compute_entropy_from_logits set by hand, as verl's own CPU tests do) and the TransferQueue calls kv_batch_get/put.
+`bash .ci/setup-verl.sh` (VERL_VENV names another one). Under the main interpreter this file holds one test, which runs
+this same file with that venv's python (and skips, saying why, where it could not be built); under the venv it holds
+the tests: GRPO parity with verl's ppo_loss; on the real data plane (a local Ray, the real TransferQueue, verl's
+padding rows, verl's tqbridge in a Ray actor) ReCo parity with reco_mini.policy_loss, the handle the update gets and
+the trainer glue; two ReCo steps on verl's own actor worker (FSDP2 on CPU, reco_scaled/integrations/verl_cpu.py);
+two steps of `python -m verl.trainer.main_ppo` end to end (the hf_cpu rollout of verl_cpu.py);
+sum pi^2 precision on bf16 logits; registration on `import verl`; the refusals; docs/verl.md's recipes against
+verl's config. docs/stand_ins.md lists what stands in for what. Beyond the plugin's own list, the tests use verl
+internals: FSDPEngineWithLMHead built with __new__ (tests/verl_tq_worker.py), upsample_batch_to_divisible_size, the
+trainer's _compute_advantage, and the worker constructors ActorRolloutRefWorker(config, role) and RayResourcePool.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
+import itertools
 import math
 import os
-import pickle
 import re
 import shlex
+import string
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-VENV_PYTHON = ROOT / ".venv-verl" / "bin" / "python"
+VENV_PYTHON = Path(os.environ.get("VERL_VENV", ROOT / ".venv-verl")) / "bin" / "python"  # as .ci/setup-verl.sh
 INNER = "RECO_VERL_INNER_RUN"
+# verl on CPU (reco_scaled/integrations/verl_cpu.py): set before verl is imported, here and in Ray's worker processes
+CPU_PLATFORM = {"VERL_USE_EXTERNAL_MODULES": "reco_scaled.integrations.verl_cpu", "VERL_PLATFORM": "cpu",
+                "VERL_ENGINE_DEVICE": "cuda"}
+if importlib.util.find_spec("verl") is not None:  # only in verl's venv
+    for _name, _value in CPU_PLATFORM.items():
+        os.environ.setdefault(_name, _value)
 
 try:
     import verl
@@ -55,19 +65,20 @@ def test_verl_plugin_in_venv_verl():
 if verl is not None:
     del test_verl_plugin_in_venv_verl  # here the tests below run directly
 
+    import ray
     import transfer_queue
-    import verl.utils.torch_functional as verl_F
+    import verl_tq_worker
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf, open_dict
-    from tensordict import TensorDict
     from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
     from verl.utils import tensordict_utils as tu
     from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
     from verl.workers.utils.losses import ppo_loss
 
+    import reco_countdown
     import reco_mini
     from reco_scaled.integrations import verl as plugin
 
@@ -165,7 +176,7 @@ if verl is not None:
                 assert metrics[key].aggregation == ref_m[key].aggregation
                 assert math.isclose(float(metrics[key].aggregate()), float(ref_m[key].aggregate()), rel_tol=1e-5, abs_tol=1e-7)
 
-    # ---------------------------------------------------------------- a rollout batch, a fake TransferQueue and worker group
+    # ---------------------------------------------------------------- the real data plane: Ray, TransferQueue, verl's bridge
 
     GROUP_RESPONSES = [  # P = 3 groups of G = 4; group 0 holds a duplicate (count weights 2/3, 2/3, 4/3, 4/3)
         [[5, 6, 7], [5, 6, 7], [8, 9], [10, 11, 12, 5]],
@@ -173,13 +184,30 @@ if verl is not None:
         [[11, 10], [5, 5, 5, 5], [6, 7, 8], [9]],
     ]
     REWARDS = [[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]]
+    BATCH_MULTIPLE = 16  # verl's upsampling adds 4 padding rows to the 12 real ones
+    BATCH_COUNTER = itertools.count()
 
-    def rollout_rows(seed: int = 0):
-        """TransferQueue rows as verl's agent loop writes them (before the old pass), plus one verl padding row."""
+    @pytest.fixture(scope="module")
+    def data_plane():
+        """A local Ray, the real TransferQueue and the actor worker (tests/verl_tq_worker.py) in a Ray actor.
+
+        One storage unit: each of TransferQueue's storage units is a Ray actor that holds a CPU. Shared by the tests of
+        this file (Ray and TransferQueue take ~10 s to start); each test writes its own keys and clears them."""
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": CPU_PLATFORM | {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+                                                          "OMP_NUM_THREADS": "1"}})
+        transfer_queue.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+        worker = ray.remote(num_cpus=0)(verl_tq_worker.LogitsActorWorker).remote()
+        yield worker
+        transfer_queue.close()
+        ray.shutdown()
+
+    def put_rollout(seed: int = 0) -> KVBatchMeta:
+        """Rows in TransferQueue as verl's agent loop leaves them, verl's own padding rows added; the handle as verl's
+        replay buffer samples it (no field list: the old pass fetches every field)."""
         g = torch.Generator().manual_seed(seed)
-        rewards = torch.tensor(REWARDS)
-        adv = reco_mini.group_advantages(rewards)  # GRPO's advantages, one per response
-        rows, tags = [], []
+        run = next(BATCH_COUNTER)
+        rows, keys = [], []
         for p, group in enumerate(GROUP_RESPONSES):
             for i, resp in enumerate(group):
                 prompt = torch.randint(1, VOCAB, (2 + (p + i) % 3,), generator=g)
@@ -188,105 +216,66 @@ if verl is not None:
                 if p == 1 and i == 1:
                     mask[2] = 0  # a tool-output token inside a response
                 score = torch.zeros(len(resp))
-                score[-1] = rewards[p, i]
-                rows.append(dict(uid=f"prompt{p}", prompts=prompt, responses=response, response_mask=mask, loss_mask=mask,
-                                 input_ids=torch.cat([prompt, response]), position_ids=torch.arange(len(prompt) + len(resp)),
-                                 rm_scores=score, rollout_log_probs=torch.full((len(resp),), -1.0),
-                                 advantages=adv[p, i] * torch.ones(len(resp))))
-                tags.append({"status": "success"})
-        # verl's padding row (trainer/ppo/padding_utils.py): a copy of a real row's uid, one masked response token
-        no_token = torch.zeros(1, dtype=torch.long)
-        pad = dict(rows[4], prompts=torch.full((3,), 2), responses=torch.tensor([2]), response_mask=no_token,
-                   loss_mask=no_token, input_ids=torch.full((4,), 2), position_ids=torch.arange(4),
-                   rm_scores=torch.zeros(1), rollout_log_probs=torch.zeros(1), advantages=torch.zeros(1))
-        rows.append(pad)
-        tags.append({"status": "success", "is_padding": True})
-        n_tok = sum(len(r["input_ids"]) for r in rows)
-        old_logits = torch.randn(n_tok, VOCAB, generator=g) * 2.0
-        new_logits = old_logits + 0.4 * torch.randn(n_tok, VOCAB, generator=g)
-        return rows, tags, old_logits, new_logits
+                score[-1] = REWARDS[p][i]
+                n = len(prompt) + len(resp)
+                rows.append(dict(uid=f"run{run}prompt{p}", prompts=prompt, responses=response, response_mask=mask,
+                                 loss_mask=mask, input_ids=torch.cat([prompt, response]), position_ids=torch.arange(n),
+                                 attention_mask=torch.ones(n, dtype=torch.long), rm_scores=score,
+                                 rollout_log_probs=torch.full((len(resp),), -1.0)))
+                keys.append(f"run{run}prompt{p}_{i}_0")  # verl's key layout: {uid}_{session}_{index}
+        tags = [{"status": "success"} for _ in rows]
+        transfer_queue.kv_batch_put(keys=keys, partition_id="train", fields=tu.list_of_dict_to_tensordict(rows), tags=tags)
+        batch = KVBatchMeta(keys=keys, tags=tags, partition_id="train")
+        return upsample_batch_to_divisible_size(batch, batch_multiple=BATCH_MULTIPLE, eos_token_id=2)
 
-    class FakeTransferQueue:
-        """The two TransferQueue calls verl's v1 trainer steps make, over rows kept in memory."""
+    def read_rows(batch: KVBatchMeta, names: list[str]) -> list[dict]:
+        data = transfer_queue.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=names)
+        return [{n: data[n][b] for n in names} for b in range(len(batch))]
 
-        def __init__(self, rows, meta):
-            self.rows = {f"k{i}": dict(r) for i, r in enumerate(rows)}
-            self.meta = meta
+    class RayActorWorkerGroup:
+        """The trainer's actor_rollout_wg: each call goes, with the trainer's KVBatchMeta, to one worker in a Ray actor.
 
-        def kv_batch_get(self, keys, partition_id, select_fields=None):
-            rows = [self.rows[k] for k in keys]
-            names = select_fields if select_fields is not None else list(rows[0])
-            return tu.list_of_dict_to_tensordict([{n: r[n] for n in names if n in r} for r in rows])
+        Stand-in for verl's RayWorkerGroup, whose resource pool asks Ray for GPUs (single_controller/ray/base.py);
+        verl's dispatch over DP ranks is not run (one rank)."""
 
-        def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
-            for name in fields.keys():
-                value = fields.get(name)
-                per_row = value.unbind() if isinstance(value, torch.Tensor) else list(value)
-                for k, v in zip(keys, per_row):
-                    self.rows[k][name] = v
-            return self.meta
-
-    def stub_engine():
-        """verl's FSDP engine class without a model, as verl's own CPU tests use it."""
-        engine = FSDPEngineWithLMHead.__new__(FSDPEngineWithLMHead)
-        engine.use_ulysses_sp, engine.pad_to_length = False, False
-        engine.engine_config = SimpleNamespace(entropy_checkpointing=False, entropy_from_logits_with_chunking=False)
-        engine.compute_entropy_from_logits = verl_F.entropy_from_logits
-        return engine
-
-    def engine_outputs(micro_batch, logits):
-        """verl's FSDPEngineWithLMHead.prepare_model_inputs/prepare_model_outputs on packed logits [total_nnz, V]."""
-        engine = stub_engine()
-        _, output_args = engine.prepare_model_inputs(micro_batch)
-        return engine.prepare_model_outputs(SimpleNamespace(logits=logits.unsqueeze(0)), output_args, micro_batch, None)
-
-    class FakeWorkerGroup:
-        """An actor worker group: the old pass and the update run verl's engine output code on given logits."""
-
-        def __init__(self, queue: FakeTransferQueue, old_logits, new_logits):
-            self.queue, self.old_logits, self.new_logits = queue, old_logits, new_logits
-            self.calls, self.loss_fn = [], None
+        def __init__(self, actor, old_logits, new_logits):
+            self.actor, self.calls, self.seen = actor, [], None
+            ray.get(actor.set_logits.remote(old_logits, new_logits))
 
         def set_loss_fn(self, loss_fn):
-            self.loss_fn = pickle.loads(pickle.dumps(loss_fn))  # as Ray ships it to each worker process
-
-        def micro_batch(self, batch, **extra):
-            data = self.queue.kv_batch_get(batch.keys, batch.partition_id)  # tqbridge: every field
-            tu.assign_non_tensor(data, use_remove_padding=True, **batch.extra_info, **extra)
-            return data
+            ray.get(self.actor.fresh_process.remote())
+            ray.get(self.actor.set_loss_fn.remote(loss_fn))  # Ray pickles the loss; the worker process unpickles it
 
         def compute_log_prob(self, batch):
-            self.calls.append(("compute_log_prob", dict(batch.extra_info)))
-            with torch.no_grad():
-                out = engine_outputs(self.micro_batch(batch), self.old_logits)
-            self.queue.kv_batch_put(batch.keys, batch.partition_id, TensorDict(out, batch_size=len(batch.keys)))
-            return batch
+            self.calls.append(("compute_log_prob", dict(batch.extra_info), batch.fields))
+            return ray.get(self.actor.compute_log_prob.remote(batch))
 
         def update_actor(self, batch):
-            self.calls.append(("update_actor", dict(batch.extra_info)))
-            data = self.micro_batch(batch, dp_size=1)
-            tu.assign_non_tensor(data, batch_num_tokens=int(data["loss_mask"].values().sum()))
-            self.logits = self.new_logits.clone().requires_grad_(True)
-            out = engine_outputs(data, self.logits)
-            loss, metrics = self.loss_fn(model_output=out, data=data, dp_group=None)
-            loss.backward()
-            self.seen = {"loss": loss.detach(), "grad": self.logits.grad, "data": data, "metrics": metrics}
-            return {"metrics": {"mfu": [0.0], "pg_loss": [loss.item()]}}
+            self.calls.append(("update_actor", dict(batch.extra_info), batch.fields))
+            output = ray.get(self.actor.update_actor.remote(batch))
+            self.seen = ray.get(self.actor.last_update.remote())
+            return output
 
-    def run_trainer_steps(config, monkeypatch, seed=0):
-        """verl's real _compute_old_log_prob and _update_actor, through the plugin's trainer."""
-        monkeypatch.setattr(verl_F, "calculate_sum_pi_squared_from_logits", plugin.VERL_SUM_PI_SQUARED)  # restored after
-        rows, tags, old_logits, new_logits = rollout_rows(seed)
-        meta = KVBatchMeta(keys=[f"k{i}" for i in range(len(rows))], tags=tags, partition_id="train", extra_info={})
-        queue = FakeTransferQueue(rows, meta)
-        monkeypatch.setattr(transfer_queue, "kv_batch_get", queue.kv_batch_get)
-        monkeypatch.setattr(transfer_queue, "kv_batch_put", queue.kv_batch_put)
+    def run_trainer_steps(config, worker, seed=0):
+        """verl's real _compute_old_log_prob, _compute_advantage and _update_actor through the plugin's trainer, on the
+        real TransferQueue; the update's micro-batch is what verl's bridge fetched for the handle the trainer passed."""
+        batch = put_rollout(seed)
+        rows = read_rows(batch, ["prompts", "responses", "response_mask", "input_ids"])
+        n_tok = sum(len(r["input_ids"]) for r in rows)
+        g = torch.Generator().manual_seed(seed + 1)
+        old_logits = torch.randn(n_tok, VOCAB, generator=g) * 2.0
+        new_logits = old_logits + 0.4 * torch.randn(n_tok, VOCAB, generator=g)
         trainer = plugin.RecoTrainer(config)  # verl's own __init__ (replay buffer etc.) runs
-        trainer.actor_rollout_wg = FakeWorkerGroup(queue, old_logits, new_logits)
+        trainer.actor_rollout_wg = RayActorWorkerGroup(worker, old_logits, new_logits)
         trainer.actor_rollout_wg.set_loss_fn(trainer.make_loss())  # what the trainer's _setup does after init_model
         metrics = {}
-        batch = trainer._compute_old_log_prob(meta, metrics)
-        batch = trainer._update_actor(batch, metrics)
+        batch = trainer._compute_old_log_prob(batch, metrics)
+        batch = trainer._compute_advantage(batch, metrics)
+        advantages = [float(r["advantages"][0]) for r in read_rows(batch, ["advantages"])]  # verl's GRPO advantages
+        for row, adv in zip(rows, advantages):
+            row["advantage"] = adv
+        trainer._update_actor(batch, metrics)
+        transfer_queue.kv_clear(keys=batch.keys, partition_id=batch.partition_id)
         return trainer, metrics, rows, old_logits, new_logits
 
     def reference_loss(cfg, rows, old_logits, new_logits, global_batch_size):
@@ -306,9 +295,9 @@ if verl is not None:
             mask[b, :n] = r["response_mask"].float()
             start += p + n
         logp, v = torch.stack(logp), torch.stack(v)
-        adv = torch.tensor([float(r["advantages"][0]) for r in rows])
+        adv = torch.tensor([r["advantage"] for r in rows])
         P, G = len(GROUP_RESPONSES), len(GROUP_RESPONSES[0])
-        real = slice(0, P * G)  # the last row is verl's padding row: weight 1, mask 0
+        real = slice(0, P * G)  # the rows after these are verl's padding rows: weight 1, mask 0
         weights = torch.ones(B)
         if cfg.occurrence != "none":
             weights[real] = reco_mini.occurrence_weights(
@@ -322,6 +311,20 @@ if verl is not None:
         (grad,) = torch.autograd.grad(loss, logits)
         return loss.detach(), grad, weights
 
+    RECO_FIELDS = {"reco_weights", "reco_v_old", "reco_v_old_mean"}
+
+    def test_update_handle_lists_every_field_the_loss_reads(base_config, data_plane):
+        """The KVBatchMeta reaching update_actor lists ReCo's fields, and verl's bridge hands exactly those to the loss.
+
+        Without the fix (the handle of a put thrown away) the worker's batch lacked reco_weights and reco_v_old_mean."""
+        cfg = config_with(base_config, reco__occurrence="count", reco__token_ratio="variance-old")
+        trainer, *_ = run_trainer_steps(cfg, data_plane)
+        wg = trainer.actor_rollout_wg
+        (_, _, old_fields), (_, _, update_fields) = wg.calls
+        assert old_fields is None  # the replay buffer's handle: every field
+        assert RECO_FIELDS <= set(update_fields) and {"advantages", "old_log_probs"} <= set(update_fields)
+        assert RECO_FIELDS <= set(wg.seen["data"].keys())
+
     RECO_CASES = [(occ, ratio, "all", "batch", "token-mean") for occ in ("sequence", "token-mean", "count")
                   for ratio in ("variance", "variance-old")]
     RECO_CASES += [("sequence", "variance", "positive", "batch", "token-mean"),
@@ -329,11 +332,11 @@ if verl is not None:
                    ("none", "variance-old", "all", "batch", "seq-mean-token-mean")]
 
     @pytest.mark.parametrize("occurrence,token_ratio,apply,norm,agg", RECO_CASES)
-    def test_reco_loss_equals_reco_mini_through_verl_trainer_and_engine(base_config, monkeypatch, occurrence, token_ratio,
-                                                                        apply, norm, agg):
+    def test_reco_loss_equals_reco_mini_on_the_real_data_plane(base_config, data_plane, occurrence, token_ratio, apply,
+                                                                norm, agg):
         cfg = config_with(base_config, reco__occurrence=occurrence, reco__token_ratio=token_ratio,
                           reco__occurrence_apply=apply, reco__variance_norm=norm, actor_rollout_ref__actor__loss_agg_mode=agg)
-        trainer, metrics, rows, old_logits, new_logits = run_trainer_steps(cfg, monkeypatch)
+        trainer, metrics, rows, old_logits, new_logits = run_trainer_steps(cfg, data_plane)
         wg, loss_cfg = trainer.actor_rollout_wg, trainer.reco
         assert not plugin.terms_off(loss_cfg)
         ref_loss, ref_grad, ref_w = reference_loss(loss_cfg, rows, old_logits, new_logits,
@@ -348,39 +351,205 @@ if verl is not None:
             assert "reco/rho_mean" in wg.seen["metrics"] and "reco/rho_max" in wg.seen["metrics"]
 
     @pytest.mark.parametrize("token_ratio", ["variance", "variance-old", "is"])
-    def test_trainer_flags_fields_and_count_weights(base_config, monkeypatch, token_ratio):
+    def test_trainer_flags_fields_and_count_weights(base_config, data_plane, token_ratio):
         cfg = config_with(base_config, reco__occurrence="count", reco__token_ratio=token_ratio)
-        trainer, metrics, rows, *_ = run_trainer_steps(cfg, monkeypatch)
+        trainer, metrics, rows, *_ = run_trainer_steps(cfg, data_plane)
         wg = trainer.actor_rollout_wg
         assert type(trainer.replay_buffer) is ReplayBuffer  # the sync trainer's, not ReplayBufferAsync
-        (old_call, old_info), (update_call, update_info) = wg.calls
+        (old_call, old_info, _), (update_call, update_info, _) = wg.calls
         assert old_call == "compute_log_prob" and old_info["calculate_sum_pi_squared"] is (token_ratio != "is")
         assert old_info["compute_loss"] is False and old_info["temperature"] == TEMPERATURE
         assert update_call == "update_actor" and update_info["calculate_sum_pi_squared"] is (token_ratio == "variance")
         data = wg.seen["data"]
         # count weights: group 0 = [y, y, a, b] -> m = [2, 2, 1, 1] -> w = (1/m) / mean(1/m) = [2/3, 2/3, 4/3, 4/3];
-        # groups 1 and 2 have distinct responses -> 1; verl's padding row (same uid as group 1) -> 1 and no effect
-        expected = torch.tensor([2 / 3, 2 / 3, 4 / 3, 4 / 3] + [1.0] * 9)
+        # groups 1 and 2 have distinct responses -> 1; verl's padding rows -> 1 and no effect
+        expected = torch.tensor([2 / 3, 2 / 3, 4 / 3, 4 / 3] + [1.0] * (BATCH_MULTIPLE - 4))
         torch.testing.assert_close(data["reco_weights"], expected)
         assert metrics["reco/w_max"] == pytest.approx(4 / 3) and metrics["reco/w_min"] == pytest.approx(2 / 3)
         if token_ratio != "is":
-            assert "reco_v_old" in data and metrics["reco/v_old_mean"] > 0
-            assert verl_F.calculate_sum_pi_squared_from_logits is plugin.sum_pi_squared_fp32  # in ReCo's worker
+            assert "reco_v_old" in data.keys() and metrics["reco/v_old_mean"] > 0
+            assert not wg.seen["verl_sum_pi_squared"]  # ReCo's worker computes sum pi^2 in fp32
         else:
-            assert "reco_v_old" not in data
-            assert verl_F.calculate_sum_pi_squared_from_logits is plugin.VERL_SUM_PI_SQUARED
+            assert "reco_v_old" not in data.keys() and wg.seen["verl_sum_pi_squared"]
 
-    def test_f_grpo_scales_advantages_and_keeps_verl_loss(base_config, monkeypatch):
+    def test_f_grpo_scales_advantages_and_keeps_verl_loss(base_config, data_plane):
         cfg = config_with(base_config, reco__method="f-grpo", reco__focal_gamma=2.0)
-        trainer, metrics, rows, *_ = run_trainer_steps(cfg, monkeypatch)
+        trainer, metrics, rows, *_ = run_trainer_steps(cfg, data_plane)
         assert plugin.terms_off(trainer.reco) and trainer.reco.focal_gamma == 2.0
         data = trainer.actor_rollout_wg.seen["data"]
         mu = torch.tensor(REWARDS).gt(0).float().mean(1)  # group success rates
-        scale = torch.cat([((1 - mu) ** 2).repeat_interleave(4), torch.ones(1)])
-        adv = torch.tensor([float(r["advantages"][0]) for r in rows])
+        scale = torch.cat([((1 - mu) ** 2).repeat_interleave(4), torch.ones(BATCH_MULTIPLE - 12)])
+        adv = torch.tensor([r["advantage"] for r in rows])  # verl's GRPO advantages before the update
         got = data["advantages"].to_padded_tensor(0.0)[:, 0]
+        assert adv[:12].abs().min() > 0  # the real rows
         torch.testing.assert_close(got, adv * scale)
-        assert "reco_weights" not in data and "reco_v_old" not in data
+        assert not RECO_FIELDS & set(data.keys())
+
+    # ---------------------------------------------------------------- verl's own actor worker (FSDP2 on CPU), two steps
+
+    @pytest.fixture(scope="module")
+    def actor_workers(data_plane, tmp_path_factory):
+        """verl's ActorRolloutRefWorker (role actor: FSDP2 engine, gloo) on a tiny random Qwen2, in verl's RayWorkerGroup.
+
+        The worker group runs with use_gpu=False on the CPU platform of reco_scaled.integrations.verl_cpu."""
+        from transformers import GenerationConfig
+        from verl.single_controller.ray.base import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+        from verl.workers.engine_workers import ActorRolloutRefWorker
+
+        path = tmp_path_factory.mktemp("tiny_qwen2")
+        tokenizer = reco_countdown.char_tokenizer()
+        torch.manual_seed(0)
+        model = reco_countdown.tiny_model(tokenizer, hidden=64, layers=2)
+        model.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+            cfg = compose(config_name="ppo_trainer", overrides=[
+                "algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=reco", "trainer.device=cpu",
+                f"actor_rollout_ref.rollout.n={ACTOR_GROUP}", f"actor_rollout_ref.rollout.temperature={TEMPERATURE}",
+                f"actor_rollout_ref.model.path={path}", "+actor_rollout_ref.model.override_config.attn_implementation=eager",
+                "actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.strategy=fsdp2",
+                "actor_rollout_ref.actor.optim.lr=1e-3", f"actor_rollout_ref.actor.ppo_mini_batch_size={ACTOR_PROMPTS}",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+                "+reco.method=reco", "+reco.occurrence=count"])
+        pool = RayResourcePool(process_on_nodes=[1], use_gpu=False, max_colocate_count=1)
+        workers = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=RayClassWithInitArgs(
+            cls=ray.remote(ActorRolloutRefWorker), config=cfg.actor_rollout_ref, role="actor"), use_gpu=False, device_name="cpu")
+        workers.init_model()
+        return cfg, workers, model, tokenizer
+
+    ACTOR_PROMPTS, ACTOR_GROUP = 2, 4
+
+    def sample_rollout(model, tokenizer, step: int) -> KVBatchMeta:
+        """Rollout stand-in (no verl rollout engine runs on CPU, docs/verl.md): HF `generate` from the initial
+        checkpoint, rows written to TransferQueue as verl's agent loop writes them; group 0 gets a duplicate response
+        (so that `count` gives weights != 1); rewards 1 for the first two responses of each group."""
+        rows, keys = [], []
+        g = torch.Generator().manual_seed(step)
+        for p in range(ACTOR_PROMPTS):
+            prompt = torch.cat([torch.tensor([tokenizer.bos_token_id]), torch.randint(4, len(tokenizer), (5,), generator=g)])
+            torch.manual_seed(100 * step + p)
+            with torch.no_grad():
+                out = model.generate(prompt[None].repeat(ACTOR_GROUP, 1), do_sample=True, temperature=TEMPERATURE,
+                                     max_new_tokens=6, min_new_tokens=2)
+            responses = [r[r != tokenizer.pad_token_id] for r in out[:, len(prompt):]]
+            if p == 0:
+                responses[1] = responses[0].clone()
+            for i, resp in enumerate(responses):
+                n = len(prompt) + len(resp)
+                score = torch.zeros(len(resp))
+                score[-1] = float(i < 2)
+                ones = torch.ones(len(resp), dtype=torch.long)
+                rows.append(dict(uid=f"step{step}prompt{p}", prompts=prompt, responses=resp, input_ids=torch.cat([prompt, resp]),
+                                 response_mask=ones, loss_mask=ones, attention_mask=torch.ones(n, dtype=torch.long),
+                                 position_ids=torch.arange(n), rm_scores=score,
+                                 rollout_log_probs=torch.zeros(len(resp))))
+                keys.append(f"step{step}prompt{p}_{i}_0")
+        tags = [{"status": "success"} for _ in rows]
+        transfer_queue.kv_batch_put(keys=keys, partition_id="train", fields=tu.list_of_dict_to_tensordict(rows), tags=tags)
+        return KVBatchMeta(keys=keys, tags=tags, partition_id="train")
+
+    def test_two_reco_steps_on_verl_actor_worker(actor_workers):
+        """Two steps of verl's sync pipeline after the rollout (old pass, GRPO advantages, actor update) with ReCo on verl's
+        real actor worker, TransferQueue and Ray; the rollout is the stand-in above. The update logs ReCo's metrics from
+        inside the loss (rho) and from the trainer (w), so a field dropped on the way to the worker fails here."""
+        cfg, workers, model, tokenizer = actor_workers
+        trainer = plugin.RecoTrainer(cfg)
+        trainer.actor_rollout_wg = workers
+        workers.set_loss_fn(trainer.make_loss())  # as RecoTrainer._setup does after init_model
+        for step in range(2):
+            metrics = {}
+            batch = sample_rollout(model, tokenizer, step)
+            batch = trainer._compute_old_log_prob(batch, metrics)
+            batch = trainer._compute_advantage(batch, metrics)
+            batch = trainer._update_actor(batch, metrics)
+            transfer_queue.kv_clear(keys=batch.keys, partition_id=batch.partition_id)
+            assert metrics["reco/w_min"] < 1.0 < metrics["reco/w_max"]  # the duplicate in group 0
+            assert 0.0 < metrics["actor/reco/rho_mean"] <= metrics["actor/reco/rho_max"] <= trainer.reco.variance_cap
+            assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
+
+    # ---------------------------------------------------------------- end to end: verl's main_ppo, two steps on CPU
+
+    def byte_level_tokenizer():
+        """One token per printable character, in the byte-level alphabet that Qwen2's tokenizer class pre-tokenizes to
+        (transformers loads any tokenizer of a qwen2 model as Qwen2Tokenizer; verl's agent loop needs "\\n" to be one
+        token), with a chat template that concatenates the messages."""
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        byte_char = bytes_to_unicode()
+        chars = [byte_char[ord(c)] for c in string.printable[:-2]]
+        vocab = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *chars])}
+        backend = Tokenizer(models.BPE(vocab, merges=[], unk_token="<unk>"))
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        backend.decoder = decoders.ByteLevel()
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
+                                            unk_token="<unk>")
+        tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        return tokenizer
+
+    def step_metrics(log: str) -> dict[int, dict[str, float]]:
+        """verl's console logger lines `step:N - name:value - ...`, by step."""
+        steps = {}
+        for line in re.findall(r"step:\d+ - .*", log):
+            pairs = dict(item.rsplit(":", 1) for item in line.split(" - "))
+            steps[int(pairs.pop("step"))] = {k: float(v) for k, v in pairs.items() if re.fullmatch(r"-?[\d.e+-]+|nan|-?inf", v)}
+        return steps
+
+    @pytest.mark.slow
+    def test_main_ppo_two_reco_steps_on_cpu(tmp_path):
+        """`python -m verl.trainer.main_ppo` as a user runs it, 2 steps of ReCo on a tiny random Qwen2 and a local parquet
+        dataset: verl's Ray driver, TaskRunner, TransferQueue, dataloader, agent loop, reward loop, FSDP2 actor and
+        checkpoint manager, with the CPU platform and the hf_cpu rollout of reco_scaled/integrations/verl_cpu.py."""
+        import pandas as pd
+
+        tokenizer = byte_level_tokenizer()
+        torch.manual_seed(0)
+        model = reco_countdown.tiny_model(tokenizer, hidden=64, layers=2)
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.save_pretrained(tmp_path / "model")
+        tokenizer.save_pretrained(tmp_path / "model")
+        rows = [{"data_source": "reco_toy", "prompt": [{"role": "user", "content": f"{a}+{b}="}], "ability": "math",
+                 "reward_model": {"style": "rule", "ground_truth": str(a + b)}, "extra_info": {"index": 4 * a + b}}
+                for a in range(4) for b in range(4)]
+        pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
+        pd.DataFrame(rows[:4]).to_parquet(tmp_path / "val.parquet")
+        (tmp_path / "reward.py").write_text(  # a toy reward with spread: even-length answers score 1
+            "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
+            "    return float(len(solution_str.strip()) % 2 == 0)\n")
+        overrides = [
+            "algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=reco", "+reco.method=reco",
+            "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.total_training_steps=2",
+            "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[console]",
+            f"data.train_files={tmp_path / 'train.parquet'}", f"data.val_files={tmp_path / 'val.parquet'}",
+            "data.train_batch_size=2", "data.max_prompt_length=16", "data.max_response_length=8", "data.dataloader_num_workers=0",
+            f"actor_rollout_ref.model.path={tmp_path / 'model'}", "actor_rollout_ref.model.use_remove_padding=true",
+            "+actor_rollout_ref.model.override_config.attn_implementation=eager", "actor_rollout_ref.actor.strategy=fsdp2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.actor.optim.lr=1e-3", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.rollout.name=hf_cpu", "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.agent.num_workers=1",
+            "actor_rollout_ref.rollout.checkpoint_engine.backend=naive", "reward.num_workers=1",
+            f"reward.custom_reward_function.path={tmp_path / 'reward.py'}",
+            "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+            # a logical GPU: verl's ResourcePoolManager counts GPUs (single_controller/ray/base.py:230); the CPU platform
+            # asks Ray for CPUs for each worker
+            "+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=16", "+ray_kwargs.ray_init.include_dashboard=false",
+        ]
+        run = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=600, env=os.environ | CPU_PLATFORM | {"OMP_NUM_THREADS": "1"})
+        log = run.stdout + run.stderr
+        assert run.returncode == 0, log[-6000:]
+        steps = step_metrics(log)
+        assert sorted(steps) == [1, 2], log[-6000:]
+        for step in steps.values():
+            assert step["reco/w_min"] < 1.0 < step["reco/w_max"]  # sequence weights, from the trainer
+            assert 0.0 < step["actor/reco/rho_mean"] <= step["actor/reco/rho_max"] <= 10.0  # from inside the loss
+            assert 0.0 < step["reco/v_old_mean"] < 1.0 and math.isfinite(step["actor/pg_loss"])
+        assert any(step["actor/grad_norm"] > 0 for step in steps.values())
 
     # ---------------------------------------------------------------- precision of sum pi^2 on bf16 logits
 
@@ -412,7 +581,7 @@ if verl is not None:
                 "from verl.trainer.ppo.v1 import get_trainer_cls\n"  # as verl's TaskRunnerV1 picks the trainer
                 "print(get_trainer_cls('reco').__module__, F.calculate_sum_pi_squared_from_logits.__module__,\n"
                 "      get_trainer_cls('sync').__module__)")
-        env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_PLUGINS", "VERL_USE_EXTERNAL_MODULES")}
+        env = {k: v for k, v in os.environ.items() if k not in ("VERL_USE_EXTERNAL_PLUGINS", *CPU_PLATFORM)}  # verl as shipped
         run = subprocess.run([sys.executable, "-c", code], cwd="/", env=env, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
         # on `import verl`: the entry point ran, the plugin and verl's trainer are not imported

@@ -45,8 +45,10 @@ Private verl names this module depends on (check them on a verl upgrade):
 - verl.trainer.ppo.v1.trainer_base (the module path the entry point waits for): PPOTrainer.trainer_mode (an
   attribute compared with "sync"), ._setup (its actor init_model sets ppo_loss, which set_loss_fn replaces after
   it), ._compute_old_log_prob, ._update_actor, .actor_rollout_wg, .config; KVBatchMeta.extra_info (passed to the
-  engine as micro-batch flags) and .tags["is_padding"]; the TransferQueue field names uid, responses,
-  response_mask, rm_scores, old_log_probs, advantages and sum_pi_squared (the worker's output, full sequence).
+  engine as micro-batch flags), .tags["is_padding"] and .fields (the worker fetches only the fields listed there;
+  kv_batch_put returns a handle listing every stored field, which `put_fields` hands on); the TransferQueue field
+  names uid, responses, response_mask, rm_scores, old_log_probs, advantages and sum_pi_squared (the worker's output,
+  full sequence).
 - verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync (the class subclassed).
 - The micro-batch keys dp_size, batch_num_tokens, global_batch_size and calculate_sum_pi_squared, the
   model_output keys log_probs, entropy and sum_pi_squared, ActorConfig.global_batch_info and ppo_loss's metric
@@ -55,20 +57,22 @@ Private verl names this module depends on (check them on a verl upgrade):
   verl.workers.engine.fsdp.transformer_impl (the attribute replaced in ReCo's worker processes).
 - verl.workers.utils.padding.no_padding_2_padding, response_from_nested (public functions of a private module).
 
-Tested on CPU only, against verl 0.9.1's own code (tests/test_verl.py); never run on a GPU, a Ray cluster or end to
-end (docs/verl.md).
+Tested on CPU only, against verl 0.9.1's own code, TransferQueue and a local Ray, up to 2 steps of
+`python -m verl.trainer.main_ppo` with the CPU platform and rollout of verl_cpu.py (tests/test_verl.py); never run on
+a GPU or a multi-node Ray cluster (docs/verl.md).
 """
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
 import transfer_queue as tq
 import verl.utils.torch_functional as verl_F
 from omegaconf import OmegaConf
 from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -214,9 +218,19 @@ def _padded(value: torch.Tensor) -> torch.Tensor:
     return value.to_padded_tensor(0.0) if value.is_nested else value
 
 
+def _reco_field(data: TensorDict, name: str) -> torch.Tensor:
+    """A field the trainer wrote for the loss; missing means the worker's KVBatchMeta did not list it."""
+    if name not in data.keys():
+        raise KeyError(f"reco: the actor's micro-batch has no field {name!r}: RecoTrainer writes it to TransferQueue before "
+                       "update_actor, and the worker fetches only the fields on the KVBatchMeta it is given")
+    return data[name]
+
+
 def reco_ppo_loss(config, model_output, data: TensorDict, dp_group=None, *, loss_cfg: LossConfig):
     """ReCo's actor loss on one micro-batch, with verl's `ppo_loss` signature, normalisers and metrics."""
     log_prob = no_padding_2_padding(model_output["log_probs"], data)  # [B, T]
+    # bf16/fp16 engine outputs (verl's FSDP mixed precision): ReCo's loss is computed in fp32
+    log_prob = log_prob.to(torch.promote_types(log_prob.dtype, torch.float32))
     entropy = model_output.get("entropy", None)
     if entropy is not None:
         entropy = no_padding_2_padding(entropy, data)
@@ -232,18 +246,18 @@ def reco_ppo_loss(config, model_output, data: TensorDict, dp_group=None, *, loss
     metric_aggregation = AggregationType.SUM if summed else AggregationType.MEAN
 
     mask = _padded(data["response_mask"]).to(log_prob.dtype)
-    advantages = _padded(data["advantages"]).to(log_prob.dtype)
+    advantages = _padded(data["advantages"]).double()
     n_tok = mask.sum(-1)
     adv = (advantages * mask).sum(-1) / n_tok.clamp(min=1)  # [B]: the response's advantage
     if ((advantages - adv[:, None]).abs() * mask).max() > 1e-5 * (1.0 + adv.abs().max()):
         raise RecoConfigError("algorithm.adv_estimator", "gave advantages that vary within a response; "
                                                          "ReCo needs one advantage per response")
-    batch = {"old_logp": _padded(data["old_log_probs"]).to(log_prob.dtype), "mask": mask, "advantages": adv}
-    if "reco_weights" in data:
-        batch["weights"] = data["reco_weights"].to(log_prob.dtype)
-    if "reco_v_old" in data:
-        batch["v_old"] = _padded(data["reco_v_old"]).to(log_prob.dtype)
-        batch["v_old_mean"] = data["reco_v_old_mean"][0].to(log_prob.dtype)
+    batch = {"old_logp": _padded(data["old_log_probs"]).to(log_prob.dtype), "mask": mask, "advantages": adv.to(log_prob.dtype)}
+    if loss_cfg.occurrence != "none":
+        batch["weights"] = _reco_field(data, "reco_weights").to(log_prob.dtype)
+    if needs_v_old(loss_cfg):
+        batch["v_old"] = _padded(_reco_field(data, "reco_v_old")).to(log_prob.dtype)
+        batch["v_old_mean"] = _reco_field(data, "reco_v_old_mean")[0].to(log_prob.dtype)
     elif loss_cfg.token_ratio == "variance":  # variance_norm none
         batch["v_old_mean"] = torch.ones((), dtype=log_prob.dtype, device=log_prob.device)
 
@@ -306,6 +320,20 @@ class RecoLoss:
             install_fp32_sum_pi_squared()
 
 
+def put_fields(batch: KVBatchMeta, fields_out: dict) -> KVBatchMeta:
+    """Write per-row fields for `batch`'s keys to TransferQueue; returns `batch` with a field list that includes them.
+
+    verl's workers fetch only the fields a KVBatchMeta lists (verl.utils.transferqueue_utils, kv_batch_meta2batch_meta),
+    so a handle made before a put does not carry the put's fields: every put must hand its handle on.
+    """
+    stored = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                             fields=TensorDict(fields_out, batch_size=len(batch.keys)))
+    missing = set(fields_out) - set(stored.fields or ())
+    if missing:
+        raise RuntimeError(f"reco: TransferQueue did not list {sorted(missing)} after writing them")
+    return replace(batch, fields=list(stored.fields))
+
+
 def _nested(values: list[torch.Tensor]) -> torch.Tensor:
     return torch.nested.as_nested_tensor(values, layout=torch.jagged)
 
@@ -337,20 +365,19 @@ class RecoTrainer(PPOTrainerSync):
                                    select_fields=["sum_pi_squared", "response_mask"])
             sum_pi_sq = response_from_nested(data["sum_pi_squared"], data["response_mask"])
             v_old = torch.nested.nested_tensor_from_jagged(1.0 - sum_pi_sq.values().float(), sum_pi_sq.offsets())
-            tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                            fields=TensorDict({"reco_v_old": v_old}, batch_size=len(batch.keys)))
+            batch = put_fields(batch, {"reco_v_old": v_old})
         batch.extra_info["calculate_sum_pi_squared"] = False  # the ref pass does not need it
         return batch
 
     def _update_actor(self, batch, metrics: dict):
         cfg = self.reco
         if not terms_off(cfg) or cfg.focal_gamma > 0:
-            self._put_reco_fields(batch, metrics)
+            batch = self._put_reco_fields(batch, metrics)
         batch.extra_info["calculate_sum_pi_squared"] = cfg.token_ratio == "variance"
         return super()._update_actor(batch, metrics=metrics)
 
-    def _put_reco_fields(self, batch, metrics: dict) -> None:
-        """w_i, V_old's batch mean and F-GRPO's advantage scale, written to TransferQueue for the update."""
+    def _put_reco_fields(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
+        """w_i, V_old's batch mean and F-GRPO's advantage scale, written to TransferQueue; the handle that lists them."""
         cfg = self.reco
         select = ["uid", "response_mask", "old_log_probs", "advantages", "responses", "rm_scores"]
         if needs_v_old(cfg):
@@ -400,6 +427,4 @@ class RecoTrainer(PPOTrainerSync):
                 raise ValueError(f"reco: mean V_old over the batch is {v_mean}; reco.variance_norm=none avoids dividing by it")
             fields_out["reco_v_old_mean"] = torch.full((len(uids),), v_mean, dtype=torch.float32, device=dev)
             metrics["reco/v_old_mean"] = v_mean
-        if fields_out:
-            tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                            fields=TensorDict(fields_out, batch_size=len(uids)))
+        return put_fields(batch, fields_out) if fields_out else batch
