@@ -100,16 +100,19 @@ def long_study_sentence(long: dict) -> str:
 
 
 def fork_study_lines(fork: dict | None) -> list[str]:
-    """The fork study: nothing before its first summary, how far it is while it runs, then each claim by its rule."""
+    """The fork study: nothing before its first summary, how far it is while it runs, then each claim by its rule,
+    the detector's verdict and the stall counts."""
     if fork is None:
         return []
     import fork_study  # here, not at the top: importing it registers the fork arms in reco_mini
-    head = "**Aiming the token term at forks** ([docs/fork_study.md](docs/fork_study.md))"
+    head = "- **Aiming the token term at the tokens where solutions branch** ([docs/fork_study.md](docs/fork_study.md))"
     if fork["partial"]:
         return [f"{head}: the study is **partial**, {fork['compute']['runs']} of {fork['compute']['runs_planned']} "
                 "runs; no finding is drawn from it until it finishes."]
     stalls = ", ".join(f"{a} {s['stalled']}/{s['runs']}" for a, s in fork["stalls"].items())
-    return [f"{head}: " + "; ".join(fork_study.claims(fork)) + f". Stalled runs per arm: {stalls}."]
+    return [f"{head}, {len(fork['design']['confirm_seeds'])} seeds per arm, paired by seed:",
+            *[f"  - {claim}" for claim in fork_study.claims(fork)],
+            f"  - {fork_study.detector_lines(fork)[-1].strip()}", f"  - Stalled runs per arm: {stalls}."]
 
 
 def sources() -> tuple[list[dict], dict | None]:
@@ -127,7 +130,7 @@ def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None) -> s
         f"- {concentration_sentence(cpu)}",
         *[f"- {sentence}" for sentence in frontier_sentences(frontier)],
         f"- {long_study_sentence(long)}",
-        *[f"- {line}" for line in fork_study_lines(fork)],
+        *fork_study_lines(fork),
     ])
 
 

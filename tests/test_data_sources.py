@@ -11,6 +11,7 @@ import pytest
 
 import reco_io
 from reco_data import DataError, load_problems, parse_source
+from reco_task import TASKS
 
 datasets = pytest.importorskip("datasets", reason="datasets (requirements.txt) is not installed")
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,13 +223,14 @@ def test_reco_mini_math_run_on_a_saved_gsm8k_dataset(tmp_path, monkeypatch):
     tok.save_pretrained(tmp_path / "tiny-qwen2")
 
     graded = []
-    real_reward = reco_mini.reward
+    math_task = TASKS["math"]
+    real_rewards = math_task.rewards
 
-    def recording_reward(problem, response):
-        graded.append((problem["problem"], problem["answer"]))
-        return real_reward(problem, response)
+    def recording_rewards(problems, responses):
+        graded.extend((problem["problem"], problem["answer"]) for problem in problems)
+        return real_rewards(problems, responses)
 
-    monkeypatch.setattr(reco_mini, "reward", recording_reward)
+    monkeypatch.setattr(math_task, "rewards", recording_rewards)
     results = reco_mini.main(["--task", "math", "--model", str(tmp_path / "tiny-qwen2"), "--data", f"{saved}:train",
                               "--eval-data", f"{saved}:test", "--methods", "grpo", "--steps", "1", "--prompts-per-step", "2",
                               "--group-size", "2", "--n-eval", "2", "--max-new-tokens", "4", "--out", str(tmp_path / "run")])

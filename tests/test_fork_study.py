@@ -142,6 +142,9 @@ class _Task:
     def token_labels(self, problems, group_size, texts, resp, mask, tokenizer):
         return self.labels
 
+    def canonical_keys(self, problems, group_size, texts):  # what the studies' diagnostics (diagnostics.on_step) ask
+        return [f"text:{t}" for t in texts]
+
 
 def _step(seed=0, P=2, G=4, T=6):
     g = torch.Generator().manual_seed(seed)
