@@ -261,6 +261,47 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, 
     return torch.stack(tokens, 1), torch.stack(alive, 1).long()
 
 
+def occurrence_inputs(seq_logprobs: Tensor, mode: str, modes: list[str], responses: list | None,
+                      lengths: Tensor | None, advantages: Tensor | None, apply: str, keys: list | None):
+    """reco_mini.occurrence_weights' arguments, checked (ValueError naming the one that is wrong or missing):
+    the responses as P*G tuples (given as P*G lists, problem-major, or as P lists of G) or None, and the lengths
+    [P, G] in float64 (from the responses when not given) or None."""
+    P, G = seq_logprobs.shape
+    if mode not in modes or apply not in ("all", "positive"):
+        raise ValueError(f"unknown occurrence mode {mode!r} or apply {apply!r}")
+    if apply == "positive" and advantages is None:
+        raise ValueError("apply='positive' needs advantages")
+    flat = None
+    if responses is not None:
+        groups = responses if len(responses) == P != P * G else [responses]  # P lists of G, or one list
+        flat = [tuple(r) for group in groups for r in group]
+        if len(flat) != P * G:
+            raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
+        if lengths is None:
+            lengths = torch.tensor([len(r) for r in flat], device=seq_logprobs.device).view(P, G)
+    if {"count": flat, "token-mean": lengths, "canonical": keys}.get(mode, 0) is None:
+        raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean, keys for canonical)")
+    return flat, None if lengths is None else lengths.double()
+
+
+def stop_if_not_finite(loss: float, grad_norm: float, where: str, ckpt: Path) -> None:
+    """Stop the run, before the optimizer step, on a non-finite loss or gradient: the last good weights stay."""
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        kept = f"last good checkpoint kept at {ckpt}" if ckpt.exists() else "no checkpoint yet"
+        sys.exit(f"error: non-finite loss or gradient in {where}; {kept}")
+
+
+def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor,
+                    hidden: bool = False) -> Tensor:
+    """Logits at the positions that predict each response token: [B, T, V]. With `hidden`, the
+    decoder's last hidden states there instead, [B, T, H], from which the lm head makes them."""
+    ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # prompts are left-padded: positions start at 0
+    net = model.get_decoder() if hidden else model
+    out = net(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
+    return (out.last_hidden_state if hidden else out.logits)[:, prompt_ids.shape[1] - 1: -1]
+
+
 def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256,
                 head: torch.nn.Module | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """An optimisation of reco_mini's token_logprobs, variance_stat and token_entropy: the same values bit for bit

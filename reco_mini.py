@@ -19,7 +19,6 @@ import copy
 import json
 import math
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -34,6 +33,7 @@ import reco_io  # plumbing: command line, files, models, the sampler, precision,
 import reco_log  # log.jsonl, and TensorBoard / W&B on request
 from reco_io import ConfigError, opt, token_stats  # token_stats: the memory-saving path (below)
 from reco_task import TASKS  # the problems: splits, prompt, reward, canonical keys, token labels
+from reco_variants import copies_canonical, copies_count, copies_token_mean  # rarely used weights
 
 METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
     "grpo": ("none", "is", 0.0),
@@ -138,20 +138,15 @@ class Config(LossConfig):
 # ==== The math: pure functions, each tested against an independent reference.
 
 def group_advantages(rewards: Tensor, scale_by_std: bool = True, eps: float = 1e-6) -> Tensor:
-    """GRPO advantage A_i = (R_i - mean_j R_j) / (std_j R_j + eps), unbiased std.
-
-    rewards: [P, G] -> advantages [P, G]. Equal rewards give A = 0 exactly.
-    """
-    centred = rewards - rewards.mean(dim=1, keepdim=True)  # [P, G]
+    """GRPO advantage A_i = (R_i - mean_j R_j) / (std_j R_j + eps), unbiased std. [P, G] -> [P, G]"""
+    centred = rewards - rewards.mean(dim=1, keepdim=True)  # equal rewards give A = 0 exactly
     if not scale_by_std:
         return centred  # Dr.GRPO
     return centred / (rewards.std(dim=1, keepdim=True, unbiased=True) + eps)
 
 
 def focal_scale(rewards: Tensor, gamma: float) -> Tensor:
-    """F-GRPO's scale of a group's advantages, (1 - mu)^gamma, mu = its fraction of rewards > 0.
-
-    [P, G] -> [P]"""
+    """F-GRPO's scale of a group's advantages, (1 - mu)^gamma, mu = its share of rewards > 0. [P, G] -> [P]"""
     mu = (rewards > 0).to(rewards.dtype).mean(dim=1)  # [P]
     return (1.0 - mu) ** gamma
 
@@ -173,25 +168,8 @@ def copies_sequence(lp: Tensor, lengths, responses, keys) -> Tensor:
     return 1.0 + (lp.shape[1] - 1) * lp.exp()
 
 
-@register(OCCURRENCES, "token-mean")
-def copies_token_mean(lp: Tensor, lengths: Tensor, responses, keys) -> Tensor:
-    """m_i with p_i = exp(mean_t log pi_old(y_it)), the geometric-mean token probability."""
-    return 1.0 + (lp.shape[1] - 1) * (lp / lengths.clamp(min=1)).exp()
-
-
-@register(OCCURRENCES, "count")
-def copies_count(lp: Tensor, lengths, responses: list, keys=None) -> Tensor:
-    """m_i = c_i, the copies of y_i in its group: identical token ids (the sequences of p_i)."""
-    G = lp.shape[1]
-    rows = [responses[i: i + G] for i in range(0, len(responses), G)]
-    counts = [[row.count(y) for y in row] for row in rows]
-    return torch.tensor(counts, dtype=torch.float64, device=lp.device)
-
-
-@register(OCCURRENCES, "canonical")
-def copies_canonical(lp: Tensor, lengths, responses, keys: list) -> Tensor:
-    """m_i = the responses of y_i's group with its canonical key (the task's: reco_task)."""
-    return copies_count(lp, lengths, keys)
+OCCURRENCES |= {"token-mean": copies_token_mean, "count": copies_count,  # reco_variants.py
+                "canonical": copies_canonical}
 
 
 @register(OCCURRENCES, "none")
@@ -210,23 +188,8 @@ def occurrence_weights(seq_logprobs: Tensor, mode: str = "sequence", responses: 
     "count", and "token-mean" without `lengths` [P, G]; `keys` (P*G canonical keys) serve
     "canonical". apply="positive" keeps weight 1 wherever advantages [P, G] <= 0.
     """
-    P, G = seq_logprobs.shape
-    if mode not in OCCURRENCES or apply not in ("all", "positive"):
-        raise ValueError(f"unknown occurrence mode {mode!r} or apply {apply!r}")
-    if apply == "positive" and advantages is None:
-        raise ValueError("apply='positive' needs advantages")
-    flat = None
-    if responses is not None:
-        groups = responses if len(responses) == P != P * G else [responses]  # P lists of G, or one
-        flat = [tuple(r) for group in groups for r in group]
-        if len(flat) != P * G:
-            raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
-        if lengths is None:
-            lengths = torch.tensor([len(r) for r in flat], device=seq_logprobs.device).view(P, G)
-    if {"count": flat, "token-mean": lengths, "canonical": keys}.get(mode, 0) is None:
-        raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean, "
-                         "keys for canonical)")
-    lengths = None if lengths is None else lengths.double()
+    flat, lengths = reco_io.occurrence_inputs(seq_logprobs, mode, list(OCCURRENCES), responses, lengths,
+                                              advantages, apply, keys)  # checked; P*G tuples, float64
     inv_m = 1.0 / OCCURRENCES[mode](seq_logprobs.detach().double(), lengths, flat, keys)
     w = inv_m / inv_m.mean(dim=1, keepdim=True)  # [P, G]
     if apply == "positive":
@@ -242,9 +205,7 @@ def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) ->
 
 def variance_stat(logits: Tensor, temperature: float = 1.0) -> Tensor:
     """V(s) = sum_v pi(v|s)(1 - pi(v|s)) = 1 - sum_v pi(v|s)^2, pi = softmax(z/tau).
-
-    logits: [..., V] -> [...] in float32 (float64 stays float64).
-    """
+    [..., V] -> [...] in float32 (float64 stays float64)."""
     z = logits.double() if logits.dtype == torch.float64 else logits.float()
     return 1.0 - F.softmax(z / temperature, dim=-1).square().sum(-1)
 
@@ -256,8 +217,7 @@ def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
 
 
 def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """Per-token k3 estimate of KL(pi || ref) on tokens sampled from pi: exp(q) - q - 1,
-    q = ref_logp - logp."""
+    """Per-token k3 estimate of KL(pi || ref), tokens from pi: exp(q) - q - 1, q = ref_logp - logp."""
     q = ref_logp - logp
     return torch.exp(q) - q - 1
 
@@ -350,22 +310,11 @@ def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tens
 
 # ==== Rollouts: sample (reco_io.sample, a KV-cache sampler), decode, score.
 
-def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor,
-                    hidden: bool = False) -> Tensor:
-    """Logits at the positions that predict each response token: [B, T, V]. With `hidden`, the
-    decoder's last hidden states there instead, [B, T, H], from which the lm head makes them."""
-    ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # prompts are left-padded: positions start at 0
-    net = model.get_decoder() if hidden else model
-    out = net(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
-    return (out.last_hidden_state if hidden else out.logits)[:, prompt_ids.shape[1] - 1: -1]
-
-
 def forward_stats(cfg: Config, model, seqs: tuple, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """token_logprobs, variance_stat and token_entropy of rollout rows `rows` (seqs: prompt_ids,
     prompt_mask, resp, mask) under `model`, computed by token_stats: from the full logits or, with
     --head-chunk N, from the hidden states, N row-tokens per slice of the lm head."""
-    x = response_logits(model, *(s[rows] for s in seqs), hidden=cfg.head_chunk > 0)
+    x = reco_io.response_logits(model, *(s[rows] for s in seqs), hidden=cfg.head_chunk > 0)
     head = model.get_output_embeddings() if cfg.head_chunk > 0 else None
     return token_stats(x, seqs[2][rows], cfg.temperature, cfg.head_chunk or 256, head)
 
@@ -487,11 +436,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                             stats.setdefault(k, []).append(float(x))
                     clip = cfg.grad_clip or math.inf
                     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
-                    if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # keep good weights
-                        kept = (f"last good checkpoint kept at {ckpt}" if ckpt.exists()
-                                else "no checkpoint yet")
-                        sys.exit(f"error: non-finite loss or gradient in {method} at step {step}; "
-                                 f"{kept}")
+                    reco_io.stop_if_not_finite(loss, grad_norm, f"{method} at step {step}", ckpt)
                     optimizer.step()
                     stats.setdefault("grad_norm", []).append(grad_norm)
                     stats.setdefault("loss", []).append(loss)

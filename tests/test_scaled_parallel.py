@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from reco_countdown import char_tokenizer, tiny_model
-from reco_mini import policy_loss, response_logits, token_logprobs, variance_stat
+from reco_io import response_logits
+from reco_mini import policy_loss, token_logprobs, variance_stat
 from reco_scaled.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
