@@ -15,7 +15,7 @@ import random
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import NoReturn
 
@@ -87,6 +87,17 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
         ("log", not reco_log.check_sinks(cfg.log), reco_log.check_sinks(cfg.log)),
         ("head_chunk", cfg.head_chunk >= -1, "must be >= 0 (0 = full logits), or -1 for the task's default"),
     ]
+
+
+def resolve_defaults(cfg, task) -> None:
+    """reco_mini.Config's settings that default to the task's (0, or -1 for --head-chunk), the output directory
+    (runs/default, or runs/quick with --quick) and the device ("auto": cuda when there is one)."""
+    cfg.max_new_tokens = cfg.max_new_tokens or task.max_new_tokens
+    cfg.out = cfg.out or ("runs/quick" if cfg.quick else "runs/default")
+    cfg.eval_batch = cfg.eval_batch or task.eval_batch
+    cfg.head_chunk = task.head_chunk if cfg.head_chunk < 0 else cfg.head_chunk
+    if cfg.device == "auto":
+        cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def fail(message: str) -> None:
@@ -261,6 +272,28 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, 
     return torch.stack(tokens, 1), torch.stack(alive, 1).long()
 
 
+@dataclass
+class Step:
+    """One RL step once the response weights are computed: what reco_mini.train_rl's on_step hook is given.
+    B = P*G rows, problem-major; T response tokens."""
+    problems: list  # the step's P problems
+    group_size: int  # G
+    texts: list[str]  # the P*G decoded responses
+    resp: Tensor  # [B, T] response token ids
+    mask: Tensor  # [B, T] float, 1 on response tokens
+    responses: list[list[int]]  # each response's token ids
+    rewards: Tensor  # [P, G]
+    advantages: Tensor  # [B]
+    old_logp: Tensor  # [B, T] log pi_old(y_t)
+    v_old: Tensor  # [B, T] V_old(s_t)
+    v_old_mean: Tensor  # 0-d
+    entropy: Tensor  # [B, T] H_old(s_t)
+    weights: Tensor  # [B] w_i
+    loss_cfg: object  # reco_mini.LossConfig, the method's (loss_config)
+    task: object  # the reco_task task
+    tokenizer: object
+
+
 def occurrence_inputs(seq_logprobs: Tensor, mode: str, modes: list[str], responses: list | None,
                       lengths: Tensor | None, advantages: Tensor | None, apply: str, keys: list | None):
     """reco_mini.occurrence_weights' arguments, checked (ValueError naming the one that is wrong or missing):
@@ -300,6 +333,24 @@ def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor
     net = model.get_decoder() if hidden else model
     out = net(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
     return (out.last_hidden_state if hidden else out.logits)[:, prompt_ids.shape[1] - 1: -1]
+
+
+def forward_stats(cfg, model, seqs: tuple, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """reco_mini's token_logprobs, variance_stat and token_entropy of rollout rows `rows` (seqs: prompt_ids,
+    prompt_mask, resp, mask) under `model` (cfg: a reco_mini.Config), computed by token_stats: from the full
+    logits or, with --head-chunk N, from the hidden states, N row-tokens per slice of the lm head."""
+    x = response_logits(model, *(s[rows] for s in seqs), hidden=cfg.head_chunk > 0)
+    head = model.get_output_embeddings() if cfg.head_chunk > 0 else None
+    return token_stats(x, seqs[2][rows], cfg.temperature, cfg.head_chunk or 256, head)
+
+
+def old_stats(cfg, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
+    """The old statistics: log pi(y_t), V(s_t) and H(s_t) of the whole rollout batch under `model`, without
+    gradient (forward_stats), cfg.micro_batch rows per forward."""
+    rows = torch.arange(len(seqs[2]), device=seqs[2].device).split(cfg.micro_batch or len(seqs[2]))
+    with torch.no_grad(), autocast(cfg.device, cfg.dtype):
+        parts = [forward_stats(cfg, model, seqs, i) for i in rows]
+    return tuple(torch.cat(t) for t in zip(*parts))
 
 
 def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256,
