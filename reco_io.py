@@ -1,10 +1,11 @@
 """reco_io.py: the plumbing of reco_mini.py, kept out of the file that teaches the method.
 
 The command line (a flag and its help for every config field; one-line errors, exit code 2), the math task's
-files and model (loaded with one-line errors), the KV-cache sampler and its stop tokens, the memory-saving
-token_stats, the precision and gradient-checkpointing switches of reco_mini's forwards, atomic checkpoint writes,
-and the Pass@k table and plot, which reco_scaled's evaluation uses too. Nothing here imports reco_mini: it is handed
-what it needs.
+files and model (loaded with one-line errors), the KV-cache sampler and its stop tokens, the record the on_step hook
+gets (Step), the checks of occurrence_weights' arguments, the forwards over rollout rows (forward_stats, old_stats)
+and the memory-saving token_stats behind them, the precision and gradient-checkpointing switches of those forwards,
+the non-finite stop, atomic checkpoint writes, and the Pass@k table and plot, which reco_scaled's evaluation uses
+too. Nothing here imports reco_mini: it is handed what it needs.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ surrogate, several mini-batch updates per rollout, token-mean aggregation, no KL
 terms: (a) each response's loss is multiplied by w_i, the inverse of its expected copies in the
 group, m_i = 1 + (G-1) pi_old(y_i|x), normalised to mean 1 in the group; (b) the importance ratio
 r_t = pi_theta/pi_old becomes the variance ratio rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)),
-V(s) = 1 - sum_v pi(v|s)^2. Deviations from the paper's text, each a flag (design.md section 5):
+V(s) = 1 - sum_v pi(v|s)^2. Deviations from the paper, each a flag (docs/design.md section 5):
 1 V over its batch mean, capped at c_max = 10; 2 the trust region is GRPO's zero-gradient set;
 3 `--token-ratio variance-old`; 4 other weights (`--occurrence`, reco_variants.py); 5 positive-only
 weights; 6 reco_scaled's `occurrence: count`; 7 one lr and clip for every method; 8 GRPO's settings
