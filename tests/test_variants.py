@@ -1,9 +1,10 @@
-"""reco_variants.py: the rarely used response weights, filed in reco_mini's registry by reco_mini itself.
+"""reco_variants.py and the budget of reco_mini.py that it serves: the rarely used weights, filed by reco_mini.
 
 - The registry keeps the order of `--occurrence`'s help text: the studies' w_dev_* log keys and the flag's error
   message follow it (experiments/diagnostics.py, reco_io.loss_checks).
 - reco_variants imports nothing of reco_mini: `python reco_mini.py` runs reco_mini as __main__, and an import of
   reco_mini from a module it imports would build a second copy with registries of its own.
+- reco_mini.py stays within 500 lines, none over 100 characters (issue 35).
 """
 from __future__ import annotations
 
@@ -33,3 +34,11 @@ def test_reco_variants_never_imports_reco_mini():
     names = [a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names]
     names += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
     assert not [n for n in names if n.split(".")[0] == "reco_mini"], names
+
+
+def test_reco_mini_stays_within_its_reading_budget():
+    """Issue 35: reco_mini.py reads in one sitting, at most 500 lines and none over 100 characters."""
+    lines = (ROOT / "reco_mini.py").read_text().splitlines()
+    assert len(lines) <= 500, f"reco_mini.py has {len(lines)} lines (budget 500)"
+    long = [i + 1 for i, line in enumerate(lines) if len(line) > 100]
+    assert not long, f"reco_mini.py lines over 100 characters: {long}"
