@@ -1,10 +1,11 @@
 """reco_io.py: the plumbing of reco_mini.py, kept out of the file that teaches the method.
 
 The command line (a flag and its help for every config field; one-line errors, exit code 2), the math task's
-files and model (loaded with one-line errors), the KV-cache sampler and its stop tokens, the memory-saving
-token_stats, the precision and gradient-checkpointing switches of reco_mini's forwards, atomic checkpoint writes,
-and the Pass@k table and plot, which reco_scaled's evaluation uses too. Nothing here imports reco_mini: it is handed
-what it needs.
+files and model (loaded with one-line errors), the KV-cache sampler and its stop tokens, the record the on_step hook
+gets (Step), the checks of occurrence_weights' arguments, the forwards over rollout rows (forward_stats, old_stats)
+and the memory-saving token_stats behind them, the precision and gradient-checkpointing switches of those forwards,
+the non-finite stop, atomic checkpoint writes, and the Pass@k table and plot, which reco_scaled's evaluation uses
+too. Nothing here imports reco_mini: it is handed what it needs.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import random
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import NoReturn
 
@@ -87,6 +88,17 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
         ("log", not reco_log.check_sinks(cfg.log), reco_log.check_sinks(cfg.log)),
         ("head_chunk", cfg.head_chunk >= -1, "must be >= 0 (0 = full logits), or -1 for the task's default"),
     ]
+
+
+def resolve_defaults(cfg, task) -> None:
+    """reco_mini.Config's settings that default to the task's (0, or -1 for --head-chunk), the output directory
+    (runs/default, or runs/quick with --quick) and the device ("auto": cuda when there is one)."""
+    cfg.max_new_tokens = cfg.max_new_tokens or task.max_new_tokens
+    cfg.out = cfg.out or ("runs/quick" if cfg.quick else "runs/default")
+    cfg.eval_batch = cfg.eval_batch or task.eval_batch
+    cfg.head_chunk = task.head_chunk if cfg.head_chunk < 0 else cfg.head_chunk
+    if cfg.device == "auto":
+        cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def fail(message: str) -> None:
@@ -259,6 +271,87 @@ def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, 
         logits = model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=pos,
                        past_key_values=cache).logits[:, -1]
     return torch.stack(tokens, 1), torch.stack(alive, 1).long()
+
+
+@dataclass
+class Step:
+    """One RL step once the response weights are computed: what reco_mini.train_rl's on_step hook is given.
+    B = P*G rows, problem-major; T response tokens."""
+    problems: list  # the step's P problems
+    group_size: int  # G
+    texts: list[str]  # the P*G decoded responses
+    resp: Tensor  # [B, T] response token ids
+    mask: Tensor  # [B, T] float, 1 on response tokens
+    responses: list[list[int]]  # each response's token ids
+    rewards: Tensor  # [P, G]
+    advantages: Tensor  # [B]
+    old_logp: Tensor  # [B, T] log pi_old(y_t)
+    v_old: Tensor  # [B, T] V_old(s_t)
+    v_old_mean: Tensor  # 0-d
+    entropy: Tensor  # [B, T] H_old(s_t)
+    weights: Tensor  # [B] w_i
+    loss_cfg: object  # reco_mini.LossConfig, the method's (loss_config)
+    task: object  # the reco_task task
+    tokenizer: object
+
+
+def occurrence_inputs(seq_logprobs: Tensor, mode: str, modes: list[str], responses: list | None,
+                      lengths: Tensor | None, advantages: Tensor | None, apply: str, keys: list | None):
+    """reco_mini.occurrence_weights' arguments, checked (ValueError naming the one that is wrong or missing):
+    the responses as P*G tuples (given as P*G lists, problem-major, or as P lists of G) or None, and the lengths
+    [P, G] in float64 (from the responses when not given) or None."""
+    P, G = seq_logprobs.shape
+    if mode not in modes or apply not in ("all", "positive"):
+        raise ValueError(f"unknown occurrence mode {mode!r} or apply {apply!r}")
+    if apply == "positive" and advantages is None:
+        raise ValueError("apply='positive' needs advantages")
+    flat = None
+    if responses is not None:
+        groups = responses if len(responses) == P != P * G else [responses]  # P lists of G, or one list
+        flat = [tuple(r) for group in groups for r in group]
+        if len(flat) != P * G:
+            raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
+        if lengths is None:
+            lengths = torch.tensor([len(r) for r in flat], device=seq_logprobs.device).view(P, G)
+    if {"count": flat, "token-mean": lengths, "canonical": keys}.get(mode, 0) is None:
+        raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean, keys for canonical)")
+    return flat, None if lengths is None else lengths.double()
+
+
+def stop_if_not_finite(loss: float, grad_norm: float, where: str, ckpt: Path) -> None:
+    """Stop the run, before the optimizer step, on a non-finite loss or gradient: the last good weights stay."""
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        kept = f"last good checkpoint kept at {ckpt}" if ckpt.exists() else "no checkpoint yet"
+        sys.exit(f"error: non-finite loss or gradient in {where}; {kept}")
+
+
+def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor,
+                    hidden: bool = False) -> Tensor:
+    """Logits at the positions that predict each response token: [B, T, V]. With `hidden`, the
+    decoder's last hidden states there instead, [B, T, H], from which the lm head makes them."""
+    ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # prompts are left-padded: positions start at 0
+    net = model.get_decoder() if hidden else model
+    out = net(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
+    return (out.last_hidden_state if hidden else out.logits)[:, prompt_ids.shape[1] - 1: -1]
+
+
+def forward_stats(cfg, model, seqs: tuple, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """reco_mini's token_logprobs, variance_stat and token_entropy of rollout rows `rows` (seqs: prompt_ids,
+    prompt_mask, resp, mask) under `model` (cfg: a reco_mini.Config), computed by token_stats: from the full
+    logits or, with --head-chunk N, from the hidden states, N row-tokens per slice of the lm head."""
+    x = response_logits(model, *(s[rows] for s in seqs), hidden=cfg.head_chunk > 0)
+    head = model.get_output_embeddings() if cfg.head_chunk > 0 else None
+    return token_stats(x, seqs[2][rows], cfg.temperature, cfg.head_chunk or 256, head)
+
+
+def old_stats(cfg, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
+    """The old statistics: log pi(y_t), V(s_t) and H(s_t) of the whole rollout batch under `model`, without
+    gradient (forward_stats), cfg.micro_batch rows per forward."""
+    rows = torch.arange(len(seqs[2]), device=seqs[2].device).split(cfg.micro_batch or len(seqs[2]))
+    with torch.no_grad(), autocast(cfg.device, cfg.dtype):
+        parts = [forward_stats(cfg, model, seqs, i) for i in rows]
+    return tuple(torch.cat(t) for t in zip(*parts))
 
 
 def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256,

@@ -2,16 +2,17 @@
 
 GRPO with verl's defaults: G samples per prompt, group-relative advantages, a PPO-clipped token
 surrogate, several mini-batch updates per rollout, token-mean aggregation, no KL. ReCo changes two
-terms:
-  1. Response level: each response's loss is multiplied by w_i, the inverse of its expected number
-     of copies in the group, m_i = 1 + (G-1) pi_old(y_i|x), normalised to mean 1 in the group.
-  2. Token level: the importance ratio r_t = pi_theta/pi_old is replaced by the variance ratio
-     rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)), V(s) = 1 - sum_v pi(v|s)^2.
-This project's choices, each a flag (docs/design.md section 5): the batch mean V_old, the cap c_max,
-other weights (`--occurrence`), `--token-ratio variance-old`, and the task: a small Countdown with a
-tiny transformer (reco_task.py), or math with a 1.5B-8B model (`--task math --model M`). F-GRPO
-(arXiv 2602.06717) runs on the same code: `--method f-grpo`. A loss variant is one registered
-function and a flag (TOKEN_RATIOS, OCCURRENCES). `python reco_mini.py`: base, GRPO, ReCo on a CPU.
+terms: (a) each response's loss is multiplied by w_i, the inverse of its expected copies in the
+group, m_i = 1 + (G-1) pi_old(y_i|x), normalised to mean 1 in the group; (b) the importance ratio
+r_t = pi_theta/pi_old becomes the variance ratio rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)),
+V(s) = 1 - sum_v pi(v|s)^2. Deviations from the paper, each a flag (docs/design.md section 5):
+1 V over its batch mean, capped at c_max = 10; 2 the trust region is GRPO's zero-gradient set;
+3 `--token-ratio variance-old`; 4 other weights (`--occurrence`, reco_variants.py); 5 positive-only
+weights; 6 reco_scaled's `occurrence: count`; 7 one lr and clip for every method; 8 GRPO's settings
+(verl's); 9 F-GRPO's gamma = 1 (`--method f-grpo`, arXiv 2602.06717); 10 the task: a small Countdown
+and a tiny transformer (reco_task.py), or math with a 1.5B-8B model (`--task math --model M`).
+A variant is one registered function and a flag (TOKEN_RATIOS, OCCURRENCES). `python reco_mini.py`:
+base, GRPO, ReCo on a CPU.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ import copy
 import json
 import math
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -30,10 +30,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-import reco_io  # plumbing: command line, files, models, the sampler, precision, table and plot
+import reco_io  # plumbing: command line, files, models, sampler, forwards, precision, table, plot
 import reco_log  # log.jsonl, and TensorBoard / W&B on request
-from reco_io import ConfigError, opt, token_stats  # token_stats: the memory-saving path (below)
+from reco_io import ConfigError, Step, forward_stats, old_stats, opt, token_stats  # noqa: F401
 from reco_task import TASKS  # the problems: splits, prompt, reward, canonical keys, token labels
+from reco_variants import copies_canonical, copies_count, copies_token_mean  # rarely used weights
 
 METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
     "grpo": ("none", "is", 0.0),
@@ -119,13 +120,7 @@ class Config(LossConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        task = TASKS[self.task]
-        self.max_new_tokens = self.max_new_tokens or task.max_new_tokens
-        self.out = self.out or ("runs/quick" if self.quick else "runs/default")
-        self.eval_batch = self.eval_batch or task.eval_batch
-        self.head_chunk = task.head_chunk if self.head_chunk < 0 else self.head_chunk
-        if self.device == "auto":
-            self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        reco_io.resolve_defaults(self, TASKS[self.task])  # 0, -1, "" or "auto": the task's, or cuda
 
     def checks(self) -> list[tuple[str, bool, str]]:  # and the run's: task, files, sizes, flags
         return super().checks() + reco_io.run_checks(self, list(METHODS), list(TASKS))
@@ -138,20 +133,15 @@ class Config(LossConfig):
 # ==== The math: pure functions, each tested against an independent reference.
 
 def group_advantages(rewards: Tensor, scale_by_std: bool = True, eps: float = 1e-6) -> Tensor:
-    """GRPO advantage A_i = (R_i - mean_j R_j) / (std_j R_j + eps), unbiased std.
-
-    rewards: [P, G] -> advantages [P, G]. Equal rewards give A = 0 exactly.
-    """
-    centred = rewards - rewards.mean(dim=1, keepdim=True)  # [P, G]
+    """GRPO advantage A_i = (R_i - mean_j R_j) / (std_j R_j + eps), unbiased std. [P,G] -> [P,G]"""
+    centred = rewards - rewards.mean(dim=1, keepdim=True)  # equal rewards give A = 0 exactly
     if not scale_by_std:
         return centred  # Dr.GRPO
     return centred / (rewards.std(dim=1, keepdim=True, unbiased=True) + eps)
 
 
 def focal_scale(rewards: Tensor, gamma: float) -> Tensor:
-    """F-GRPO's scale of a group's advantages, (1 - mu)^gamma, mu = its fraction of rewards > 0.
-
-    [P, G] -> [P]"""
+    """F-GRPO: scale a group's advantages by (1 - mu)^gamma, mu = share of R > 0. [P,G] -> [P]"""
     mu = (rewards > 0).to(rewards.dtype).mean(dim=1)  # [P]
     return (1.0 - mu) ** gamma
 
@@ -173,25 +163,8 @@ def copies_sequence(lp: Tensor, lengths, responses, keys) -> Tensor:
     return 1.0 + (lp.shape[1] - 1) * lp.exp()
 
 
-@register(OCCURRENCES, "token-mean")
-def copies_token_mean(lp: Tensor, lengths: Tensor, responses, keys) -> Tensor:
-    """m_i with p_i = exp(mean_t log pi_old(y_it)), the geometric-mean token probability."""
-    return 1.0 + (lp.shape[1] - 1) * (lp / lengths.clamp(min=1)).exp()
-
-
-@register(OCCURRENCES, "count")
-def copies_count(lp: Tensor, lengths, responses: list, keys=None) -> Tensor:
-    """m_i = c_i, the copies of y_i in its group: identical token ids (the sequences of p_i)."""
-    G = lp.shape[1]
-    rows = [responses[i: i + G] for i in range(0, len(responses), G)]
-    counts = [[row.count(y) for y in row] for row in rows]
-    return torch.tensor(counts, dtype=torch.float64, device=lp.device)
-
-
-@register(OCCURRENCES, "canonical")
-def copies_canonical(lp: Tensor, lengths, responses, keys: list) -> Tensor:
-    """m_i = the responses of y_i's group with its canonical key (the task's: reco_task)."""
-    return copies_count(lp, lengths, keys)
+OCCURRENCES |= {"token-mean": copies_token_mean, "count": copies_count,  # from reco_variants.py
+                "canonical": copies_canonical}
 
 
 @register(OCCURRENCES, "none")
@@ -203,30 +176,13 @@ def copies_none(lp: Tensor, lengths, responses, keys) -> Tensor:
 def occurrence_weights(seq_logprobs: Tensor, mode: str = "sequence", responses: list | None = None,
                        lengths: Tensor | None = None, advantages: Tensor | None = None,
                        apply: str = "all", keys: list | None = None) -> Tensor:
-    """ReCo response weights w_i (no gradient), mean 1 within each group.
-
-    seq_logprobs: [P, G], sum_t log pi_old(y_it). w_i = G (1/m_i) / sum_j (1/m_j), m_i from
-    OCCURRENCES[mode]. `responses` (P*G token-id lists, problem-major, or P lists of G) serve
-    "count", and "token-mean" without `lengths` [P, G]; `keys` (P*G canonical keys) serve
-    "canonical". apply="positive" keeps weight 1 wherever advantages [P, G] <= 0.
-    """
-    P, G = seq_logprobs.shape
-    if mode not in OCCURRENCES or apply not in ("all", "positive"):
-        raise ValueError(f"unknown occurrence mode {mode!r} or apply {apply!r}")
-    if apply == "positive" and advantages is None:
-        raise ValueError("apply='positive' needs advantages")
-    flat = None
-    if responses is not None:
-        groups = responses if len(responses) == P != P * G else [responses]  # P lists of G, or one
-        flat = [tuple(r) for group in groups for r in group]
-        if len(flat) != P * G:
-            raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
-        if lengths is None:
-            lengths = torch.tensor([len(r) for r in flat], device=seq_logprobs.device).view(P, G)
-    if {"count": flat, "token-mean": lengths, "canonical": keys}.get(mode, 0) is None:
-        raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean, "
-                         "keys for canonical)")
-    lengths = None if lengths is None else lengths.double()
+    """ReCo response weights w_i (no gradient), mean 1 within each group: seq_logprobs [P, G],
+    sum_t log pi_old(y_it) -> w_i = G (1/m_i) / sum_j (1/m_j), m_i from OCCURRENCES[mode].
+    `responses` (P*G token-id lists, problem-major, or P lists of G) serve "count", and "token-mean"
+    without `lengths` [P, G]; `keys` (P*G canonical keys) serve "canonical". apply="positive" keeps
+    weight 1 wherever advantages [P, G] <= 0."""
+    flat, lengths = reco_io.occurrence_inputs(seq_logprobs, mode, list(OCCURRENCES), responses,
+                                              lengths, advantages, apply, keys)  # checked
     inv_m = 1.0 / OCCURRENCES[mode](seq_logprobs.detach().double(), lengths, flat, keys)
     w = inv_m / inv_m.mean(dim=1, keepdim=True)  # [P, G]
     if apply == "positive":
@@ -242,9 +198,7 @@ def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) ->
 
 def variance_stat(logits: Tensor, temperature: float = 1.0) -> Tensor:
     """V(s) = sum_v pi(v|s)(1 - pi(v|s)) = 1 - sum_v pi(v|s)^2, pi = softmax(z/tau).
-
-    logits: [..., V] -> [...] in float32 (float64 stays float64).
-    """
+    [..., V] -> [...] in float32 (float64 stays float64)."""
     z = logits.double() if logits.dtype == torch.float64 else logits.float()
     return 1.0 - F.softmax(z / temperature, dim=-1).square().sum(-1)
 
@@ -256,8 +210,7 @@ def token_entropy(logits: Tensor, temperature: float = 1.0) -> Tensor:
 
 
 def k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """Per-token k3 estimate of KL(pi || ref) on tokens sampled from pi: exp(q) - q - 1,
-    q = ref_logp - logp."""
+    """Per-token k3 estimate of KL(pi || ref) on samples of pi: e^q - q - 1, q = ref_logp - logp"""
     q = ref_logp - logp
     return torch.exp(q) - q - 1
 
@@ -307,10 +260,9 @@ def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tens
                 num_seqs: float | Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO / ReCo surrogate of a (mini- or micro-) batch; `cfg` as resolved by `loss_config`.
 
-    logp, v: [B, T] log pi_theta(y_t) and V_theta(s_t). batch: "old_logp", "mask" [B, T],
-    "advantages" [B]; optional "weights" [B], "v_old" [B, T], "v_old_mean" (0-d), "ref_logp",
-    "select" [B, T]. num_tokens/num_seqs override the normaliser, so that micro-batches and ranks
-    sum to the whole mini-batch.
+    logp, v: [B, T] log pi_theta(y_t), V_theta(s_t). batch: "old_logp", "mask" [B, T], "advantages"
+    [B]; optional "weights" [B], "v_old" [B, T], "v_old_mean" (0-d), "ref_logp", "select" [B, T].
+    num_tokens/num_seqs override the normaliser: micro-batches and ranks sum to the mini-batch.
 
       r_t    = exp(clamp(logp - old_logp, -20, 20))
       keep_t = 0 where (r > 1 + eps_high and A > 0) or (r < 1 - eps_low and A < 0)
@@ -350,26 +302,6 @@ def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tens
 
 # ==== Rollouts: sample (reco_io.sample, a KV-cache sampler), decode, score.
 
-def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor,
-                    hidden: bool = False) -> Tensor:
-    """Logits at the positions that predict each response token: [B, T, V]. With `hidden`, the
-    decoder's last hidden states there instead, [B, T, H], from which the lm head makes them."""
-    ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # prompts are left-padded: positions start at 0
-    net = model.get_decoder() if hidden else model
-    out = net(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
-    return (out.last_hidden_state if hidden else out.logits)[:, prompt_ids.shape[1] - 1: -1]
-
-
-def forward_stats(cfg: Config, model, seqs: tuple, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """token_logprobs, variance_stat and token_entropy of rollout rows `rows` (seqs: prompt_ids,
-    prompt_mask, resp, mask) under `model`, computed by token_stats: from the full logits or, with
-    --head-chunk N, from the hidden states, N row-tokens per slice of the lm head."""
-    x = response_logits(model, *(s[rows] for s in seqs), hidden=cfg.head_chunk > 0)
-    head = model.get_output_embeddings() if cfg.head_chunk > 0 else None
-    return token_stats(x, seqs[2][rows], cfg.temperature, cfg.head_chunk or 256, head)
-
-
 def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Generator) -> dict:
     """n samples per problem (problem-major), decoded and scored by the task."""
     task = TASKS[cfg.task]
@@ -389,44 +321,12 @@ def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Ge
 
 # ==== RL: rollout -> reward -> advantage -> old stats -> weights -> updates (design 2)
 
-@dataclass
-class Step:
-    """One RL step once the response weights are computed: what train_rl's on_step hook is given.
-    B = P*G rows, problem-major; T response tokens."""
-    problems: list  # the step's P problems
-    group_size: int  # G
-    texts: list[str]  # the P*G decoded responses
-    resp: Tensor  # [B, T] response token ids
-    mask: Tensor  # [B, T] float, 1 on response tokens
-    responses: list[list[int]]  # each response's token ids
-    rewards: Tensor  # [P, G]
-    advantages: Tensor  # [B]
-    old_logp: Tensor  # [B, T] log pi_old(y_t)
-    v_old: Tensor  # [B, T] V_old(s_t)
-    v_old_mean: Tensor  # 0-d
-    entropy: Tensor  # [B, T] H_old(s_t)
-    weights: Tensor  # [B] w_i
-    loss_cfg: LossConfig
-    task: object  # the reco_task task
-    tokenizer: object
-
-
-def old_stats(cfg: Config, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
-    """log pi(y_t), V(s_t) and H(s_t) of the whole rollout batch under `model` (forward_stats),
-    cfg.micro_batch rows per forward."""
-    rows = torch.arange(len(seqs[2]), device=seqs[2].device).split(cfg.micro_batch or len(seqs[2]))
-    with torch.no_grad(), reco_io.autocast(cfg.device, cfg.dtype):
-        parts = [forward_stats(cfg, model, seqs, i) for i in rows]
-    return tuple(torch.cat(t) for t in zip(*parts))
-
-
 def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, run_dir: Path,
              eval_problems: list | None = None, on_step: Callable[[Step], dict] | None = None):
-    """Train `model` with `method`; log a row per step to run_dir/log.jsonl and, every
-    cfg.eval_every steps, the evaluation on `eval_problems` to run_dir/trajectory.jsonl. `base`
-    serves the KL term and kl_base when it is on the model's device. `on_step(step)`, if given, is
-    called once per step before the updates; its dict joins the step's log row (the studies'
-    diagnostics: experiments/diagnostics.py)."""
+    """Train `model` with `method`: a row per step in run_dir/log.jsonl and, every cfg.eval_every
+    steps, the evaluation on `eval_problems` in run_dir/trajectory.jsonl. `base` serves the KL term
+    and kl_base when on the model's device. `on_step(step)`, if given, runs once a step before the
+    updates; its dict joins the step's log row (the studies': experiments/diagnostics.py)."""
     loss_cfg = loss_config(cfg, method)
     task = TASKS[cfg.task]
     rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
@@ -487,11 +387,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                             stats.setdefault(k, []).append(float(x))
                     clip = cfg.grad_clip or math.inf
                     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
-                    if not (math.isfinite(loss) and math.isfinite(grad_norm)):  # keep good weights
-                        kept = (f"last good checkpoint kept at {ckpt}" if ckpt.exists()
-                                else "no checkpoint yet")
-                        sys.exit(f"error: non-finite loss or gradient in {method} at step {step}; "
-                                 f"{kept}")
+                    reco_io.stop_if_not_finite(loss, grad_norm, f"{method} at step {step}", ckpt)
                     optimizer.step()
                     stats.setdefault("grad_norm", []).append(grad_norm)
                     stats.setdefault("loss", []).append(loss)
@@ -522,10 +418,8 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
 # ==== Evaluation: n samples per held-out problem -> unbiased Pass@k (design 3.5)
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased Pass@k from n samples with c correct (Chen et al. 2021).
-
-    pass@k = 1 - C(n-c, k) / C(n, k) = 1 - prod_{i=n-c+1}^{n} (1 - k/i)
-    """
+    """Unbiased Pass@k from n samples with c correct (Chen et al. 2021):
+    pass@k = 1 - C(n-c, k) / C(n, k) = 1 - prod_{i=n-c+1}^{n} (1 - k/i)"""
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
     if n - c < k:
@@ -542,8 +436,7 @@ def default_ks(n: int) -> list[int]:
 def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
     """Pass@k averaged over problems, mean accuracy, distinct correct responses, solved-any; per
     problem the correct count and, where the task has solution forms, its correct samples per form.
-    At most cfg.eval_batch responses are sampled at once: several problems per call when n fits,
-    else one problem's n responses in chunks."""
+    At most cfg.eval_batch responses at once: several problems per call, or one's n in chunks."""
     seed = cfg.seed + 1 if cfg.eval_seed < 0 else cfg.eval_seed
     gen = torch.Generator(cfg.device).manual_seed(seed)  # the same samples for every model
     task, n = TASKS[cfg.task], cfg.n_eval
@@ -561,8 +454,7 @@ def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
             forms.append(task.forms(problem, correct))
     ks = [int(k) for k in cfg.ks.split(",")] if cfg.ks else default_ks(n)
     curve = {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
-    return {"pass_at_k": curve,
-            "mean_accuracy": sum(counts) / (n * len(counts)),
+    return {"pass_at_k": curve, "mean_accuracy": sum(counts) / (n * len(counts)),
             "distinct_correct": sum(distinct) / len(distinct),
             "solved_any": sum(c > 0 for c in counts) / len(counts), "counts": counts,
             **({"forms": forms} if forms and None not in forms else {})}
