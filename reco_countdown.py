@@ -1,7 +1,7 @@
 """reco_countdown.py: reco_mini's default task, Countdown with 3 numbers, and its tiny policy's architecture.
 
 Reach the target with each of the three numbers used once and + - * ( ). Solutions come in five forms (FORMS);
-the SFT demonstrations (reco_mini.sft) draw forms with a skewed prior, SFT_FORM_PRIOR, while RL and held-out
+the SFT demonstrations (reco_countdown.sft) draw forms with a skewed prior, SFT_FORM_PRIOR, while RL and held-out
 problems draw them uniformly, so some held-out problems are solvable only by rare forms: the base model has a low
 Pass@1 but real coverage at large k, the regime where GRPO concentrates (docs/design.md section 4).
 Answers are parsed by a whitelist over Python's ast and valued with sympy's exact arithmetic; nothing is run.

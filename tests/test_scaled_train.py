@@ -116,7 +116,7 @@ def test_checkpoint_of_another_model_is_refused(tmp_path, capsys):
 
 
 def test_math_task_runs_on_a_tiny_random_model(tmp_path):
-    """task: math wiring: reco_scaled.data loading and prompts, reco_mini.grade_answer rewards."""
+    """task: math wiring: reco_scaled.data loading and prompts, reco_grader.grade_many rewards (the math task)."""
     from reco_countdown import char_tokenizer, tiny_model
 
     tok = char_tokenizer()

@@ -15,7 +15,8 @@ from reco_countdown import (
     tiny_model,
 )
 from reco_io import sample
-from reco_mini import Config, response_logits
+from reco_io import response_logits
+from reco_mini import Config
 
 
 def test_countdown_verifier_table():
