@@ -161,7 +161,7 @@ class HFRolloutServer:
 
         temperature = float(sampling_params.get("temperature", 1.0))
         max_new = int(sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens") or 16)
-        ids = torch.tensor([prompt_ids])
+        ids = torch.tensor([prompt_ids], device="cpu")  # the CPU rollout: its model is on the CPU
         out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=temperature > 0,
                                   temperature=temperature if temperature > 0 else None,
                                   top_p=float(sampling_params.get("top_p", 1.0)),

@@ -84,7 +84,7 @@ def _launch_tiny_kernel(device: torch.device) -> None:
     _impl("triton").update_stats(state, torch.zeros(2, 16, device=device), 0, torch.zeros(2, dtype=torch.long, device=device),
                                  1.0, 16)
     got = torch.stack(finish(state, 1.0)[:3]).cpu()
-    want = torch.tensor([-math.log(16), 15 / 16, math.log(16)])[:, None].expand(3, 2)
+    want = torch.tensor([-math.log(16), 15 / 16, math.log(16)], device="cpu")[:, None].expand(3, 2)
     if not torch.allclose(got, want, atol=1e-5):
         raise RuntimeError(f"the kernel ran but computed {got.tolist()} for uniform logits, not {want[:, 0].tolist()}")
 
