@@ -2,11 +2,12 @@
 
     python examples/trl_reco.py --tiny                        # offline on CPU: a random tiny model, 10 steps
     python examples/trl_reco.py --tiny --max-steps 2
-    python examples/trl_reco.py --model Qwen/Qwen2.5-Math-1.5B --data data/math_train.jsonl --method reco \\
+    python examples/trl_reco.py --model Qwen/Qwen2.5-Math-1.5B --data DigitalLearningGmbH/MATH-lighteval:train --method reco \\
         --occurrence count --max-completion-length 1024 --micro-batch 8 --max-steps 500 --use-vllm
 
-Problems: a JSONL of {"problem", "answer"} (reco_scaled.data.load_problems). Prompts: reco_scaled.data.build_prompt
-(--template qwen-boxed, or plain text; with --template chat, TRL applies the tokenizer's chat template itself).
+Problems: a JSONL or parquet file, a dataset directory or a hub name (reco_scaled.data.load_problems).
+Prompts: reco_scaled.data.build_prompt (--template qwen-boxed, or plain text; with --template chat, TRL applies the
+tokenizer's chat template itself).
 Reward: 1 when the completion's boxed answer is equivalent to the answer (reco_grader.grade_many), else 0.
 The model is any causal LM by hub name or local path; --tiny instead builds a random 2-layer Qwen2 with a
 character tokenizer, so the whole run needs no download (its reward stays 0: it shows the plumbing, not learning).
@@ -37,7 +38,8 @@ FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "math_sma
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=str(FIXTURE), help="JSONL of problems with 'problem' and 'answer'")
+    p.add_argument("--data", default=str(FIXTURE), help="problems: a JSONL/parquet file, a dataset directory "
+                   "or NAME[:CONFIG][:SPLIT]")
     p.add_argument("--model", default="", help="Hugging Face model name or directory")
     p.add_argument("--tiny", action="store_true", help="a random tiny Qwen2 (offline, CPU); no --model needed")
     p.add_argument("--template", default="", help="qwen-boxed | chat | plain (default: plain with --tiny, else qwen-boxed)")
