@@ -29,9 +29,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
 def child(out: str, steps: int, problems: int) -> dict:
     import copy
 
+    import long_study as ls
     import torch
 
-    import long_study as ls
     import reco_mini as rm
 
     torch.set_num_threads(1)
@@ -77,7 +77,8 @@ def main() -> None:
                 sys.exit(f"the {name} child failed with exit code {proc.returncode}")
             out[name] = json.loads(stdout.strip().splitlines()[-1])
     for name, r in out.items():
-        print(f"{name:8s} {r['s_per_step']:6.2f} s/step  {r['s_per_eval']:6.2f} s/evaluation  {r['kernel_s']:6.1f} s in the kernel")
+        print(f"{name:8s} {r['s_per_step']:6.2f} s/step  {r['s_per_eval']:6.2f} s/evaluation  "
+              f"{r['kernel_s']:6.1f} s in the kernel")
     d, t = out["default"], out["tuned"]
     print(f"default / tuned: {d['s_per_step'] / t['s_per_step']:.2f}x per step, {d['s_per_eval'] / t['s_per_eval']:.2f}x "
           f"per evaluation")

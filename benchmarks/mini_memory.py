@@ -143,8 +143,9 @@ def layer_activation_bytes(shape: str, bf16: bool, tokens: tuple[int, int] = (64
     """Bytes autograd keeps per token and decoder layer at the real width (distinct storages that are not
     parameters): the growth from a 1-layer to a 2-layer model (small vocabulary: it cancels), per extra token
     between the two token counts (so per-layer constants, e.g. autocast's bf16 casts of the weights, cancel too)."""
-    from reco_scaled.shapes import hf_config
     from transformers import AutoModelForCausalLM
+
+    from reco_scaled.shapes import hf_config
 
     saved = {}
     for layers in (1, 2):
@@ -210,8 +211,9 @@ def bilinear_fit(m: dict[tuple[int, int], dict]) -> dict[str, float]:
 
 
 def tiny_params() -> int:
-    from reco_scaled.shapes import hf_config
     from transformers import AutoModelForCausalLM
+
+    from reco_scaled.shapes import hf_config
 
     with torch.device("meta"):
         return sum(p.numel() for p in AutoModelForCausalLM.from_config(hf_config("qwen2.5-0.5b", **SMALL_BODY)).parameters())

@@ -527,7 +527,8 @@ def detector_lines(summary: dict) -> list[str]:
                             for m in ("precision", "recall", "f1")) for s in sets]
         out.append(f"| {d} | " + " | ".join(cells) + f" | {det['mean_f1'][d]:.3f} |")
     shares = ", ".join(f"{s} {det['table'][s]['fork_share']:.3f} of {det['table'][s]['tokens']} tokens" for s in sets)
-    out.append(f"\nFork share of in-grammar response tokens: {shares}. Chosen: {det['chosen']} (mean F1 {det['f1']:.3f}); "
+    out.append(f"\nFork share of in-grammar response tokens: {shares}; flagging as many tokens at random gives precision "
+               f"and recall equal to that share (chance). Chosen: {det['chosen']} (mean F1 {det['f1']:.3f}); "
                + ("it qualifies, and the detected arm runs." if det["qualifies"] else
                   f"no candidate reaches F1 {fork_detect.QUALIFY_F1}: the detected arm is dropped and this table is the "
                   "finding."))

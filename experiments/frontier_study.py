@@ -108,7 +108,8 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
     else:
         method, extra = METHODS[spec["method"]]
         cfg = rm.parse_config([*plan["flags"], *extra, "--method", method, "--seed", str(spec["seed"]), "--lr",
-                               str(spec["lr"]), "--grad-clip", str(spec["clip"]), "--steps", str(spec.get("steps", plan["steps"])),
+                               str(spec["lr"]), "--grad-clip", str(spec["clip"]),
+                               "--steps", str(spec.get("steps", plan["steps"])),
                                "--eval-every", str(spec["eval_every"]), "--out", str(path)])
         torch.manual_seed(spec["seed"])
         model = copy.deepcopy(base).requires_grad_(True)
@@ -727,7 +728,7 @@ def render_readme(summary: dict, results_path: str, png: str) -> str:
         out.append("|---" * (1 + len(shown) + len(lt["frontier"])) + "|")
         for m, v in lt["methods"].items():
             cells = [_ci(v["pass_at_1_by_step"].get(str(st))) for st in shown]
-            for lv, row in lt["frontier"].items():
+            for row in lt["frontier"].values():
                 vals = [x for x in row[m]["values"] if x is not None]
                 cells.append(f"{_ci(summarize(vals)) if vals else '–'} ({row[m]['n']})")
             out.append(f"| {m} | " + " | ".join(cells) + " |")

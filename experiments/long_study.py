@@ -174,8 +174,12 @@ def die_with_parent() -> None:
     a run and write it over a result restored since (it did once: `pkill -f long_study.py` spares the workers)."""
     if sys.platform == "linux":
         import ctypes
+        import multiprocessing
         import signal
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        parent = multiprocessing.parent_process()
+        if parent is not None and os.getppid() != parent.pid:  # the parent died before the prctl: no signal will come
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _init_worker(flags: list[str], threads: int) -> None:

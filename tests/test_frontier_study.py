@@ -109,7 +109,8 @@ def test_claims_say_the_null_and_the_trade_off_plainly():
     text = " ".join(fs.claims(partly))
     assert "**confirmed**" in text and "above zero at 0.15 but not at 0.20" in text
     clean = _claims_summary((0.0, 0.02), (0.05, 0.02), {"0.15": (0.04, 0.01), "0.20": (0.05, 0.02)}, True)
-    assert "without a measurable Pass@1 cost; at matched Pass@1 the gain is above zero at every level" in " ".join(fs.claims(clean))
+    assert ("without a measurable Pass@1 cost; at matched Pass@1 the gain is above zero at every level"
+            in " ".join(fs.claims(clean)))
     null = _claims_summary((0.0, 0.02), (-0.01, 0.03), {"0.15": (0.0, 0.03)}, False)
     assert "No coverage gain over grpo is measurable" in " ".join(fs.claims(null))
 

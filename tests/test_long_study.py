@@ -161,34 +161,46 @@ def test_quick_study_amendment_runs_on_its_own_base_and_pairs_within_it(tmp_path
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
-def test_a_worker_dies_with_its_parent(tmp_path):
-    """A stopped study's workers must not live on (one once wrote a run over a restored result)."""
+@pytest.mark.parametrize("parent_waits", [True, False], ids=["parent-dies-after-setup", "parent-dies-first"])
+def test_a_worker_dies_with_its_parent(tmp_path, parent_waits):
+    """A stopped study's workers must not live on (one once wrote a run over a restored result): whether the parent
+    dies after the worker set up PR_SET_PDEATHSIG, or before (then no signal comes, and the worker must notice)."""
     import os
     import subprocess
     import time
 
+    ready = tmp_path / "ready"
     parent = f"""
-import multiprocessing as mp, sys, time
+import multiprocessing as mp, os, sys, time
 sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / "experiments")!r}]
-import long_study
 def child():
+    if not {parent_waits!r}:
+        while os.getppid() == mp.parent_process().pid:  # the parent is still there: wait for it to go
+            time.sleep(0.05)
+    import long_study
     long_study.die_with_parent()
+    open({str(ready)!r}, "w").close()
     time.sleep(60)
 if __name__ == "__main__":
     p = mp.get_context("spawn").Process(target=child)
     p.start()
     print(p.pid, flush=True)
-    time.sleep(8)  # the child is set up; then the parent dies without a word to it
-    import os; os._exit(0)
+    for _ in range(1200 if {parent_waits!r} else 0):  # up to 120 s for the child to import and set up
+        if os.path.exists({str(ready)!r}):
+            break
+        time.sleep(0.1)
+    os._exit(0)  # the parent dies without a word to the child
 """
     (tmp_path / "parent.py").write_text(parent)
     with open(tmp_path / "pid", "w") as f:  # a file, not a pipe: the child holds its copy of stdout open
-        subprocess.run([sys.executable, str(tmp_path / "parent.py")], stdout=f, timeout=60, check=True)
+        subprocess.run([sys.executable, str(tmp_path / "parent.py")], stdout=f, timeout=180, check=True)
+    assert not parent_waits or ready.exists(), "the child never set up"
     pid = int((tmp_path / "pid").read_text().split()[0])
-    for _ in range(50):
+    for _ in range(1200):  # the orphan may still be importing torch (parent-dies-first): up to 120 s
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
+            assert not ready.exists() or parent_waits, "the orphaned child went on past die_with_parent"
             return
         time.sleep(0.1)
     os.kill(pid, 9)
