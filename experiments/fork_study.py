@@ -458,9 +458,11 @@ def plot(summary: dict, path: Path) -> None:
                 xs.append(p), mean.append(s["mean"]), lo.append(s["mean"] - s["ci95"]), hi.append(s["mean"] + s["ci95"])
         ax.plot(xs, mean, color=f"C{i}", label=f"{a} ({len(curves)} seeds)")
         ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15)
-    ax.set(xlabel="Pass@1 (test)", ylabel=f"Pass@{k} (test)",
-           title="Mean frontier per arm (band: 95% CI over the seeds reaching that Pass@1)")
-    ax.legend(fontsize=7)
+    ax.set(xlabel="Pass@1 (test)", ylabel=f"Pass@{k} (test)", title="Mean frontier per arm (band: 95% CI)")
+    if summary["arms"]:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no confirmation run yet", ha="center", transform=ax.transAxes)
     names = list(summary["arms"])
     bottom = [0.0] * len(names)
     for c in TOKEN_CLASSES:
@@ -469,11 +471,20 @@ def plot(summary: dict, path: Path) -> None:
         bottom = [b + x for b, x in zip(bottom, vals)]
     bx.set(ylabel="share of sum |w scale A|", title="Update share by token class")
     bx.tick_params(axis="x", rotation=30, labelsize=6)
-    bx.legend(fontsize=7)
+    if names:
+        bx.legend(fontsize=7)
+    else:
+        bx.text(0.5, 0.5, "no confirmation run yet", ha="center", transform=bx.transAxes)
     if summary["detector"]:
         for j, (name, s) in enumerate(summary["detector"]["table"].items()):
-            for d, row in s["detectors"].items():
-                cx.scatter([row["recall"] or 0.0], [row["precision"] or 0.0], marker="os"[j % 2], label=f"{d} ({name})")
+            for i, (d, row) in enumerate(s["detectors"].items()):
+                cx.scatter([row["recall"] or 0.0], [row["precision"] or 0.0], color=f"C{i}", marker="os"[j % 2],
+                           label=f"{d} ({name})")
+            share = s["fork_share"]
+            cx.scatter([share], [share], color="black", marker="x^"[j % 2], label=f"chance ({name})")
+    q = fork_detect.QUALIFY_F1
+    recall = [q / 2 + 1e-3 + i * (1 - q / 2) / 100 for i in range(101)]
+    cx.plot(recall, [min(1.0, q * r / (2 * r - q)) for r in recall], "k--", lw=0.8, label=f"F1 = {q} (qualifies)")
     cx.set(xlabel="recall (fork tokens)", ylabel="precision", xlim=(0, 1), ylim=(0, 1), title="Fork detectors")
     cx.legend(fontsize=6)
     fig.tight_layout()
