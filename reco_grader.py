@@ -158,9 +158,13 @@ def _candidates(response: str, gold: str) -> tuple[list[str], str] | None:
 # -- inside a worker process: math-verify and the checks after it -----------------------------------------------------
 
 def _strict_sympify(a, *args, **kwargs):
-    """sympy.sympify that refuses strings (strict mode): latex2sympy2_extended's sets and logic call it on parts."""
+    """sympy.sympify that never parses text: latex2sympy2_extended's sets and logic call it on parts that are already
+    sympy objects or numbers; a string (text from a model or a file) is refused before sympy sees it, and strict mode
+    refuses anything else without a registered converter."""
     import sympy
 
+    if isinstance(a, (str, bytes)):
+        raise sympy.SympifyError(a)
     return sympy.sympify(a, *args, **{**kwargs, "strict": True})
 
 

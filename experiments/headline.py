@@ -107,8 +107,8 @@ def fork_study_lines(fork: dict | None) -> list[str]:
     import fork_study  # here, not at the top: importing it registers the fork arms in reco_mini
     head = "- **Aiming the token term at the tokens where solutions branch** ([docs/fork_study.md](docs/fork_study.md))"
     if fork["partial"]:
-        return [f"{head}: the study is **partial**, {fork['compute']['runs']} of {fork['compute']['runs_planned']} "
-                "runs; no finding is drawn from it until it finishes."]
+        return [f"{head}: **PARTIAL**: the study has not finished ({fork['compute']['runs']} of "
+                f"{fork['compute']['runs_planned']} runs in `{FORK}`), so no finding is drawn from it yet."]
     stalls = ", ".join(f"{a} {s['stalled']}/{s['runs']}" for a, s in fork["stalls"].items())
     return [f"{head}, {len(fork['design']['confirm_seeds'])} seeds per arm, paired by seed:",
             *[f"  - {claim}" for claim in fork_study.claims(fork)],
@@ -124,7 +124,8 @@ def sources() -> tuple[list[dict], dict | None]:
 def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None) -> str:
     """The block: one plain sentence per finding."""
     return "\n".join([
-        f"_Generated from `{FRONTIER}`, `{CPU}` and `{LONG}` by `python experiments/headline.py --write README.md`; "
+        f"_Generated from `{FRONTIER}`, `{CPU}`, `{LONG}`" + (f" and `{FORK}`" if fork else "")
+        + " by `python experiments/headline.py --write README.md`; "
         "rerun it rather than editing._",
         "",
         f"- {concentration_sentence(cpu)}",
