@@ -107,7 +107,7 @@ def fork_study_lines(fork: dict | None) -> list[str]:
     import fork_study  # here, not at the top: importing it registers the fork arms in reco_mini
     head = "- **Aiming the token term at the tokens where solutions branch** ([docs/fork_study.md](docs/fork_study.md))"
     if fork["partial"]:
-        return [f"{head}: **PARTIAL**: the study has not finished ({fork['compute']['runs']} of "
+        return [f"{head}: **PARTIAL**: the study is partial ({fork['compute']['runs']} of "
                 f"{fork['compute']['runs_planned']} runs in `{FORK}`), so no finding is drawn from it yet."]
     stalls = ", ".join(f"{a} {s['stalled']}/{s['runs']}" for a, s in fork["stalls"].items())
     return [f"{head}, {len(fork['design']['confirm_seeds'])} seeds per arm, paired by seed:",
