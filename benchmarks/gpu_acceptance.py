@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import importlib.metadata
 import importlib.util
@@ -144,7 +145,7 @@ def run_tree(argv: list[str], timeout_s: float, log, env: dict | None = None) ->
     marker = f"{TREE_MARKER}_{uuid.uuid4().hex}"  # a name of its own: a nested run_tree keeps the outer marker
     env = {**(os.environ if env is None else env), marker: "1"}
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=functools.partial(_die_with_parent, os.getpid()))
     handlers = {sig: signal.signal(sig, lambda signum, frame: (kill_tree(proc, marker), sys.exit(128 + signum)))
                 for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -179,12 +180,14 @@ def kill_tree(proc: subprocess.Popen, marker: str, seconds: float = 10) -> None:
         time.sleep(0.1)
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     """In the child, before exec (Linux): SIGKILL it when the parent dies, even by SIGKILL."""
     import ctypes
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the prctl: no signal will come
+        os._exit(1)
 
 
 def preflight(device) -> dict:

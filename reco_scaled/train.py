@@ -87,9 +87,22 @@ def _die_with_launcher() -> None:
         return
     import ctypes
 
-    # A launcher that died before this line leaves a worker that fails at the rendezvous (torchrun held its store).
     if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) != 0:  # 1 = PR_SET_PDEATHSIG
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if _orphaned():  # the launcher died before the prctl: no signal will come, and the rendezvous would wait minutes
+        raise SystemExit("error: the launcher (torchrun) died before this worker started; exiting")
+
+
+def _orphaned() -> bool:
+    """Whether init (pid 1) adopted this process. A Python pid 1 may be the launcher itself (a container whose
+    entrypoint is torchrun), so that counts as not orphaned; an orphan adopted by a subreaper is not caught."""
+    if os.getppid() != 1:
+        return False
+    try:
+        argv0 = Path("/proc/1/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+    return b"python" not in os.path.basename(argv0)
 
 
 def _lock_run_dir(out_dir: Path):

@@ -119,3 +119,28 @@ def test_a_second_run_on_a_locked_directory_refuses_in_one_line(tmp_path, capsys
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and f"out={str(out)!r} is in use by another run that is still alive" in err[0], err
     assert (out / "log.jsonl").read_text() == '{"step": 1}\n' and not (out / "checkpoints").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_whose_launcher_died_before_it_set_up_exits(tmp_path):
+    """The race the signal cannot cover: the launcher dies before the worker's prctl, so no signal ever comes. The
+    worker must notice and exit, not wait at the rendezvous for minutes. Checked: the old code went on past it."""
+    survived, err = tmp_path / "survived", tmp_path / "worker.err"
+    worker = (f"import os, sys, time\nsys.path.insert(0, {str(ROOT)!r})\n"
+              "while os.getppid() == int(sys.argv[1]):  # wait until the launcher is gone\n    time.sleep(0.02)\n"
+              f"from reco_scaled.train import _die_with_launcher\n_die_with_launcher()\nopen({str(survived)!r}, 'w').close()\n")
+    launcher = (f"import os, subprocess, sys\nwith open({str(err)!r}, 'w') as e:\n"
+                f"    p = subprocess.Popen([sys.executable, '-c', {worker!r}, str(os.getpid())], stderr=e,"
+                " stdout=subprocess.DEVNULL,"
+                " env={**os.environ, 'TORCHELASTIC_RUN_ID': 'test'}, start_new_session=True)\n"
+                "print(p.pid, flush=True)\nos._exit(0)\n")
+    pid = int(subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, timeout=60,
+                             check=True).stdout)
+    deadline = time.monotonic() + 120
+    while os.path.exists(f"/proc/{pid}") and (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"):
+        if time.monotonic() > deadline or survived.exists():
+            os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    assert not survived.exists(), "the orphaned worker went on past _die_with_launcher"
+    assert "the launcher (torchrun) died before this worker started" in err.read_text()
