@@ -66,10 +66,11 @@ STALL_AFTER, STALL_MARGIN, ALPHA = 40, 0.02, 0.05
 STALL_RULE = (f"A run stalls if it has a checkpoint at step >= {STALL_AFTER} and its Pass@1 at every such checkpoint is at "
               f"most the base's Pass@1 on the same split (same n) + {STALL_MARGIN}. A run stopped for a non-finite value "
               "is counted as diverged, not stalled.")
+_STALL_CLAUSE = "a" + STALL_RULE.split(". ")[0][1:]  # its first sentence: not split at the decimal point
 SELECTION_RULE = (
     f"Per arm, over lr in {list(LRS)}, {len(SELECT_SEEDS)} seeds each, on the validation split: drop every lr with a "
     f"diverged seed (the long study's rule: a non-finite value, a reward collapse below half its best 10-step mean, or a "
-    f"last-10-step KL to the base above {ls.KL_LIMIT}) or a stalled seed ({STALL_RULE.split('.')[0].lower()}); choose "
+    f"last-10-step KL to the base above {ls.KL_LIMIT}) or a stalled seed ({_STALL_CLAUSE}); choose "
     f"the highest validation Pass@1 at the final checkpoint (step {STEPS}), averaged over seeds; lrs within {ls.TIE} of "
     f"that best are tied, and the tie goes to the highest mean validation Pass@{K}. If every lr is dropped, the arm takes "
     f"the lowest lr, {min(LRS)}, and the summary says so.")

@@ -236,6 +236,7 @@ def test_stall_rule():
     assert fs.stalled(traj(0.30, 0.06, 0.07), 0.05)  # early progress does not count: steps >= 40 stay <= 0.07
     assert not fs.stalled(traj(0.05, 0.05, 0.0701), 0.05)  # one late checkpoint above base + 0.02
     assert not fs.stalled(traj(0.01), 0.05)  # no checkpoint at step >= 40: not a stall (a stopped run is diverged)
+    assert f"same n) + {fs.STALL_MARGIN}); choose" in fs.SELECTION_RULE  # the written rule keeps the margin's digits
 
 
 def test_selection_counts_a_stalled_seed_as_diverged():
