@@ -158,14 +158,19 @@ def _candidates(response: str, gold: str) -> tuple[list[str], str] | None:
 # -- inside a worker process: math-verify and the checks after it -----------------------------------------------------
 
 def _strict_sympify(a, *args, **kwargs):
-    """sympy.sympify that never parses text: latex2sympy2_extended's sets and logic call it on parts that are already
-    sympy objects or numbers; a string (text from a model or a file) is refused before sympy sees it, and strict mode
-    refuses anything else without a registered converter."""
+    """sympy.sympify on a whitelist of types, so that it never parses text. latex2sympy2_extended's logic and sets
+    modules (patched by _install_guards) call it on parts that are already values: a sympy object is returned as it
+    is, a Python number goes through sympy's registered converter, and anything else (a string from a model or a file,
+    bytes, a container) raises SympifyError."""
+    import numbers
+
     import sympy
 
-    if isinstance(a, (str, bytes)):
-        raise sympy.SympifyError(a)
-    return sympy.sympify(a, *args, **{**kwargs, "strict": True})
+    if isinstance(a, sympy.Basic):
+        return a
+    if isinstance(a, numbers.Number):
+        return sympy.sympify(a, strict=True)
+    raise sympy.SympifyError(a)
 
 
 def _install_guards() -> None:

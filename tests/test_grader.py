@@ -422,6 +422,22 @@ def test_no_parser_that_evaluates_python_runs_in_a_worker(tmp_path) -> None:
     assert out.split() == ["refused", "refused"] and not sentinel.exists()
 
 
+def test_the_sympify_guard_takes_only_values() -> None:
+    """The whitelist: sympy objects and Python numbers pass (compared with sympy's own constructors), text and
+    containers never reach sympy."""
+    import fractions
+
+    import sympy
+
+    from reco_grader import _strict_sympify
+    x = sympy.Symbol("x")
+    assert _strict_sympify(x + 1) == x + 1 and _strict_sympify(3) == sympy.Integer(3)
+    assert _strict_sympify(fractions.Fraction(1, 3)) == sympy.Rational(1, 3) and _strict_sympify(True) is sympy.true
+    for bad in ("1", "__import__('os')", b"1", (1, 2), [sympy.Integer(1)], {1}, None, object()):
+        with pytest.raises(sympy.SympifyError):
+            _strict_sympify(bad)
+
+
 @pytest.mark.parametrize("bad", [None, 5, b"\\boxed{5}", ["\\boxed{5}"]])
 def test_wrong_types_are_false(bad: object) -> None:
     assert grade_answer(bad, "5") is False  # type: ignore[arg-type]
