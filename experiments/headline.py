@@ -124,7 +124,8 @@ def sources() -> tuple[list[dict], dict | None]:
 def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None) -> str:
     """The block: one plain sentence per finding."""
     return "\n".join([
-        f"_Generated from `{FRONTIER}`, `{CPU}`, `{LONG}`" + (f" and `{FORK}`" if fork else "")
+        f"_Generated from `{FRONTIER}`, `{CPU}`, `{LONG}`"
+        + (f" and `{FORK}`" + (" (PARTIAL: the study is partial)" if fork["partial"] else "") if fork else "")
         + " by `python experiments/headline.py --write README.md`; "
         "rerun it rather than editing._",
         "",
