@@ -440,6 +440,20 @@ def proxy_timing() -> dict | None:
 # Plot and the generated block
 # =============================================================================
 
+def frontier_band(curves: list, grid: int = 100) -> tuple[list, list, list, list]:
+    """The mean frontier over seeds at each Pass@1 that at least two seeds reach, with its 95% CI clipped to [0, 1]
+    (a Pass@k is a probability; with two or three seeds the t interval alone can leave it)."""
+    from protocol import first_reach
+    xs, mean, lo, hi = [], [], [], []
+    for p in (i / grid for i in range(grid + 1)):
+        ys = [y for c in curves if (y := first_reach(c, p)) is not None]
+        if len(ys) >= 2:
+            s = summarize(ys)
+            xs.append(p), mean.append(s["mean"])
+            lo.append(max(0.0, s["mean"] - s["ci95"])), hi.append(min(1.0, s["mean"] + s["ci95"]))
+    return xs, mean, lo, hi
+
+
 def plot(summary: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -447,19 +461,12 @@ def plot(summary: dict, path: Path) -> None:
 
     k = summary["design"]["k"]
     fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(16, 4.5))
-    grid = [i / 100 for i in range(101)]
     for i, (a, v) in enumerate(summary["arms"].items()):
-        from protocol import first_reach
         curves = [measured_curve(t, str(k)) for t in v["trajectory"]]
-        xs, mean, lo, hi = [], [], [], []
-        for p in grid:
-            ys = [y for c in curves if (y := first_reach(c, p)) is not None]
-            if len(ys) >= 2:
-                s = summarize(ys)
-                xs.append(p), mean.append(s["mean"]), lo.append(s["mean"] - s["ci95"]), hi.append(s["mean"] + s["ci95"])
+        xs, mean, lo, hi = frontier_band(curves)
         ax.plot(xs, mean, color=f"C{i}", label=f"{a} ({len(curves)} seeds)")
         ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15)
-    ax.set(xlabel="Pass@1 (test)", ylabel=f"Pass@{k} (test)", title="Mean frontier per arm (band: 95% CI)")
+    ax.set(xlabel="Pass@1 (test)", ylabel=f"Pass@{k} (test)", title="Mean frontier per arm (band: 95% CI, clipped to [0, 1])")
     if summary["arms"]:
         ax.legend(fontsize=7)
     else:

@@ -258,6 +258,20 @@ def test_weighted_gap_reports_pairs_without_overlap():
     assert out["mean"] == pytest.approx(fs.compare(arm, ref)["primary"]["per_seed"]["1"])
 
 
+def test_frontier_band_is_the_t_interval_clipped_to_a_probability():
+    from protocol import first_reach
+    from scipy import stats
+    curves = [[(0.1, 0.05), (0.3, 0.95)], [(0.1, 0.95), (0.2, 0.05)], [(0.25, 0.5), (0.4, 0.6)]]
+    xs, mean, lo, hi = fs.frontier_band(curves, grid=20)
+    assert xs == pytest.approx([0.1, 0.15, 0.2, 0.25, 0.3])  # where at least two seeds reach that Pass@1
+    for x, m, low, high in zip(xs, mean, lo, hi):
+        ys = [y for c in curves if (y := first_reach(c, x)) is not None]
+        half = stats.t.ppf(0.975, len(ys) - 1) * stats.tstd(ys) / math.sqrt(len(ys))
+        assert m == pytest.approx(sum(ys) / len(ys))
+        assert (low, high) == pytest.approx((max(0.0, m - half), min(1.0, m + half)))
+    assert lo[0] == 0.0 and hi[0] == 1.0  # two seeds 0.9 apart: the raw t interval leaves [0, 1] on both sides
+
+
 def test_budget_drops_arms_in_the_stated_order():
     plan = fs.make_plan(fs.argparse.Namespace(out="x", quick=False, timing=True, reuse=""), None) | {"reuse": None}
     timing = {"arms": {a: {"s_per_step": 4.0} for a in fs.ARMS}, "s_per_eval_n128": 60.0}
