@@ -21,7 +21,7 @@ inside this envelope of rules:
    list of solutions: ``(1,2)`` is not ``1, 2``.
 6. Model output is never executed: only math-verify's LaTeX extraction runs (its plain-expression extraction calls
    sympy's ``parse_expr``, which evaluates Python), and inside a worker the few ``sympify`` calls of
-   latex2sympy2_extended's sets and logic run in strict mode, which refuses strings.
+   latex2sympy2_extended's sets and logic are replaced by one that takes only sympy objects and Python numbers.
 7. A hard wall-clock bound: each comparison runs in a worker process that is killed and replaced when it exceeds
    its limit (`TIMEOUT_S`, 2 s); the answer is then False. Workers are forked, in milliseconds, by one clean
    interpreter started for this (never a fork of the caller, which may hold torch threads) that has the parser
@@ -158,18 +158,26 @@ def _candidates(response: str, gold: str) -> tuple[list[str], str] | None:
 # -- inside a worker process: math-verify and the checks after it -----------------------------------------------------
 
 def _strict_sympify(a, *args, **kwargs):
-    """sympy.sympify on a whitelist of types, so that it never parses text. latex2sympy2_extended's logic and sets
-    modules (patched by _install_guards) call it on parts that are already values: a sympy object is returned as it
-    is, a Python number goes through sympy's registered converter, and anything else (a string from a model or a file,
-    bytes, a container) raises SympifyError."""
+    """Stands in for sympy.sympify and never parses anything. latex2sympy2_extended's logic and sets modules (patched
+    by _install_guards) call it on parts that are already values: a sympy object is returned as it is, a Python
+    number is built by sympy's constructor for its type, and anything else (a string from a model or a file, bytes,
+    a container) raises SympifyError."""
     import numbers
 
     import sympy
 
     if isinstance(a, sympy.Basic):
         return a
-    if isinstance(a, numbers.Number):
-        return sympy.sympify(a, strict=True)
+    if isinstance(a, bool):
+        return sympy.true if a else sympy.false
+    if isinstance(a, numbers.Integral):
+        return sympy.Integer(int(a))
+    if isinstance(a, numbers.Rational):
+        return sympy.Rational(int(a.numerator), int(a.denominator))
+    if isinstance(a, numbers.Real):
+        return sympy.Float(float(a))
+    if isinstance(a, numbers.Complex):
+        return sympy.Float(float(a.real)) + sympy.I * sympy.Float(float(a.imag))
     raise sympy.SympifyError(a)
 
 

@@ -433,6 +433,8 @@ def test_the_sympify_guard_takes_only_values() -> None:
     x = sympy.Symbol("x")
     assert _strict_sympify(x + 1) == x + 1 and _strict_sympify(3) == sympy.Integer(3)
     assert _strict_sympify(fractions.Fraction(1, 3)) == sympy.Rational(1, 3) and _strict_sympify(True) is sympy.true
+    assert _strict_sympify(0.5) == sympy.Float(0.5) and _strict_sympify(1 + 2j) == sympy.Float(1) + sympy.Float(2) * sympy.I
+    assert _strict_sympify(False) is sympy.false
     for bad in ("1", "__import__('os')", b"1", (1, 2), [sympy.Integer(1)], {1}, None, object()):
         with pytest.raises(sympy.SympifyError):
             _strict_sympify(bad)
