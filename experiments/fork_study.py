@@ -323,7 +323,8 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
         "compute": {"runs": len(runs_all), "runs_planned": runs_planned,
                     "reused_from_long_study": sum(json.dumps(r["spec"], sort_keys=True) in reused for r in runs_all),
                     "run_time_s": round(sum(r["wall_time_s"] for r in runs_all), 1), "this_invocation_wall_s": round(wall_s, 1),
-                    "timing": timing, "budget": budget(timing, plan) if timing else None},
+                    "timing": timing, "budget_hours": BUDGET_HOURS,
+                    "projected_run_hours": ((timing or {}).get("budget") or {}).get("projected_run_hours")},
     })
 
 
@@ -585,9 +586,20 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
                        f"{_interval(comp.get('without_stalls', {}))} | {'–' if weighted is None else f'{weighted:+.3f}'} | "
                        f"{', '.join(map(str, (comp.get('width_weighted') or {}).get('no_overlap', []))) or 'none'} | "
                        + " | ".join(shares) + " |")
-    out.append(f"\nCompute: {c['runs']} of {c['runs_planned']} runs ({c['reused_from_long_study']} reused from the long "
-               f"study), {c['run_time_s'] / 3600:.2f} h summed over the runs' own wall times.")
+    out.append("\n" + compute_line(c))
     return "\n".join(out)
+
+
+def compute_line(c: dict) -> str:
+    """The compute sentence: runs, summed run time, and that time against the budget and the pre-run projection."""
+    hours, projected = c["run_time_s"] / 3600, c.get("projected_run_hours")
+    line = (f"Compute: {c['runs']} of {c['runs_planned']} runs ({c['reused_from_long_study']} reused from the long "
+            f"study), {hours:.2f} h summed over the runs' own wall times")
+    if projected is None:
+        return line + "."
+    verdict = f"over it by {hours - c['budget_hours']:.2f} h" if hours > c["budget_hours"] else "within it"
+    return line + (f", against a budget of {c['budget_hours']:g} h ({verdict}; projected {projected:.2f} h "
+                   f"before the runs).")
 
 
 # =============================================================================

@@ -325,6 +325,14 @@ def test_quick_study_end_to_end_resumes_and_reuses(tmp_path):
     assert "partial" in headline.fork_study_lines(summary | {"partial": True})[0] and headline.fork_study_lines(None) == []
 
 
+def test_the_compute_line_says_when_the_runs_went_over_the_budget():
+    c = {"runs": 59, "runs_planned": 59, "reused_from_long_study": 1, "budget_hours": 16.0, "projected_run_hours": 15.1}
+    over = fs.compute_line(c | {"run_time_s": 17.5 * 3600})
+    assert "17.50 h summed" in over and "over it by 1.50 h" in over and "projected 15.10 h" in over
+    assert "within it" in fs.compute_line(c | {"run_time_s": 3600.0})
+    assert fs.compute_line(c | {"run_time_s": 3600.0, "projected_run_hours": None}).endswith("wall times.")
+
+
 def test_the_committed_block_is_the_render_of_the_committed_summary():
     """docs/results.md's fork-study block is generated from results/fork_study.json, never typed."""
     summary_path = ROOT / "results" / "fork_study.json"
