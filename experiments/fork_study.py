@@ -95,8 +95,15 @@ DIAGNOSTICS = ls.DIAGNOSTICS + [f"arm_share_{c}" for c in TOKEN_CLASSES] + ["sel
                                                                             "select_recall"]
 QUICK = dict(flags=ls.QUICK["flags"], steps=2, eval_every=1, lrs=(2e-4,), select=(20,), confirm=(402, 403), k="8",
              n_eval=8, arms=["grpo", "reco-token", "reco-token-fork-oracle", "entropy-top20", DETECTED],
-             detect={"steps": 2, "lr": 2e-4, "seed": 19}, stall_after=1, base_sha256=None, reuse=None)
+             detect={"steps": 2, "lr": 2e-4, "seed": 19}, stall_after=1, base_sha256=None, reuse=None,
+             matched_lrs=(4e-4, 2e-4))
 BEGIN, END = "<!-- fork-study:begin -->", "<!-- fork-study:end -->"
+# Written after the confirmatory runs and before any of these (issue 42; docs/fork_study.md, "Correction"): H2 compared
+# the oracle arm at its selected lr 5e-5 with reco-token at its selected 1e-4, and grpo alone moves between those lrs.
+# Exploratory, outside the family: every arm of H1-H2 at each of MATCHED_LRS on the confirmation seeds (runs that exist,
+# selected or reused, are not rerun; 1e-4 first), the contrasts below at one lr, and the base's test evaluation run again.
+MATCHED_LRS, MATCHED_ARMS = (1e-4, 5e-5), ("grpo", "reco-token", "reco-token-fork-oracle")
+MATCHED_CONTRASTS = (("reco-token-fork-oracle", "reco-token"), ("reco-token-fork-oracle", "grpo"), ("reco-token", "grpo"))
 
 
 # =============================================================================
@@ -125,6 +132,18 @@ def select_specs(plan: dict, arms: list[str]) -> list[dict]:
 def confirm_specs(plan: dict, choices: dict) -> list[dict]:
     return [{"phase": "confirm", "arm": a, "lr": choices[a], "seed": s, "split": "test"} | tag(plan)
             for a in choices for s in plan["confirm"]]
+
+
+def matched_specs(plan: dict) -> list[dict]:
+    """The lr-matched comparison's runs: MATCHED_ARMS at each matched lr on the confirmation seeds (the confirmation
+    design at a fixed lr; a selected or reused run of the same spec is that run)."""
+    return [{"phase": "confirm", "arm": a, "lr": lr, "seed": s, "split": "test"} | tag(plan)
+            for lr in plan["matched_lrs"] for a in MATCHED_ARMS for s in plan["confirm"]]
+
+
+def base_rerun_spec(plan: dict) -> dict:
+    """The base's test evaluation done again by this study (the one in the block was reused from the long study)."""
+    return base_specs(plan)[1] | {"rerun": True}
 
 
 def rollout_step(cfg, model, tokenizer, problems: list, seed: int) -> rm.Step:
@@ -183,8 +202,10 @@ def load_one(spec: dict, plan: dict) -> dict | None:
 # Stalls, selection, statistics
 # =============================================================================
 
-def stalled(trajectory: list[dict], base_pass_at_1: float, after: int = STALL_AFTER) -> bool:
-    """STALL_RULE on one run's trajectory."""
+def stalled(trajectory: list[dict], base_pass_at_1: float, after: int = STALL_AFTER, stopped: str | None = None) -> bool:
+    """STALL_RULE on one run's trajectory; a run stopped for a non-finite value (`stopped`) is diverged, never stalled."""
+    if stopped:
+        return False
     late = [row["pass_at_k"]["1"] for row in trajectory if row["step"] >= after]
     return bool(late) and max(late) <= base_pass_at_1 + STALL_MARGIN
 
@@ -205,7 +226,7 @@ def selection(results: list[dict], plan: dict, base_val: float | None, arms: lis
     """SELECTION_RULE: the long study's rule with a stalled seed counted as a diverged one."""
     marked = []
     for r in results:
-        stall = base_val is not None and stalled(r["trajectory"], base_val, plan["stall_after"])
+        stall = base_val is not None and stalled(r["trajectory"], base_val, plan["stall_after"], r.get("stopped"))
         marked.append(r | {"divergence": r["divergence"] | {"diverged": r["divergence"]["diverged"] or stall}})
     sel = ls.selection(marked, plan | {"arms": arms})
     sel["notes"] = {a: "every lr diverged or stalled: the lowest lr by rule" for a in sel["notes"]}
@@ -244,6 +265,98 @@ def comparison(curves: dict, a: str, ref: str, stalls: dict) -> dict:
 
 
 # =============================================================================
+# The correction (issue 42): H2 and the learning rate, the lr-matched runs, the deviations of the code from the text
+# =============================================================================
+
+def key(arm: str, lr: float) -> str:
+    return f"{arm}@{lr:g}"
+
+
+def single_point_seeds(curves: dict, refs: dict) -> list[int]:
+    """Seeds whose common Pass@1 range is one point: the primary statistic is then a single gap, at full weight."""
+    out = []
+    for s in sorted(set(curves) & set(refs)):
+        a, b = covered(curves[s]), covered(refs[s])
+        if a and b and max(a[0], b[0]) == min(a[1], b[1]):
+            out.append(s)
+    return out
+
+
+def lr_matched(plan: dict, base_test: float | None) -> dict:
+    """MATCHED_CONTRASTS at each matched lr, and each arm's own change between the two lrs (exploratory, unadjusted)."""
+    specs = matched_specs(plan)
+    runs = ls.load_results(specs, plan)
+    curves, stalls = {}, {}
+    for r in runs:
+        at = key(r["spec"]["arm"], r["spec"]["lr"])
+        curves.setdefault(at, {})[r["spec"]["seed"]] = measured_curve(r["trajectory"], plan["k"])
+        stalls.setdefault(at, []).append(base_test is not None and stalled(r["trajectory"], base_test, plan["stall_after"],
+                                                                          r["stopped"]))
+
+    def contrast(a: str, ref: str) -> dict | None:
+        if a not in curves or ref not in curves:
+            return None
+        c = compare(curves[a], curves[ref])
+        return {"primary": c["primary"], "final": c["final"], "single_point_seeds": single_point_seeds(curves[a], curves[ref])}
+    contrasts = {f"{key(a, lr)} - {key(ref, lr)}": contrast(key(a, lr), key(ref, lr))
+                 for lr in plan["matched_lrs"] for a, ref in MATCHED_CONTRASTS}
+    low, high = min(plan["matched_lrs"]), max(plan["matched_lrs"])
+    lr_effect = {a: contrast(key(a, low), key(a, high)) for a in MATCHED_ARMS}
+    return {"lrs": list(plan["matched_lrs"]), "arms": list(MATCHED_ARMS), "runs": len(runs), "runs_planned": len(specs),
+            "partial": len(runs) < len(specs), "seeds": {k2: sorted(v) for k2, v in curves.items()},
+            "stalled": {k2: sum(v) for k2, v in stalls.items()},
+            "contrasts": {k2: v for k2, v in contrasts.items() if v}, "lr_effect": {k2: v for k2, v in lr_effect.items() if v}}
+
+
+def deviations(plan: dict, rows: list[dict], curves: dict, detector: dict | None, base: dict, runs: list[dict]) -> list[dict]:
+    """Where the code that produced the committed results differs from docs/fork_study.md, and whether each difference
+    could change a verdict, computed from the runs (found by an independent recomputation; issue 42)."""
+    out = []
+    rerun = load_one(base_rerun_spec(plan), plan)
+    reused = base.get("test")
+    same = None if rerun is None or reused is None else rerun["trajectory"][0]["counts"] == reused["counts"]
+    out.append({"name": "base evaluation reused",
+                "text": "the base's test evaluation (the stall rule's reference for the confirmation runs) was restored from "
+                        "the long study's archive, where the text says nothing is reused when grpo chooses another lr",
+                "evidence": "not yet evaluated again" if same is None else
+                            "this study evaluated the base on the test split again: " +
+                            ("every per-problem count is identical" if same else "the counts differ"),
+                "could_change_a_verdict": None if same is None else not same})
+    family = [r for r in rows if r["tested"] and r.get("p_greater") is not None]
+    for r in family:
+        r["single_point_seeds"] = single_point_seeds(curves.get(r["arm"], {}), curves.get(r["reference"], {}))
+    drop = {r["name"]: compare({s: c for s, c in curves[r["arm"]].items() if s not in r["single_point_seeds"]},
+                               curves[r["reference"]])["primary"] for r in family if r["single_point_seeds"]}
+    p = [drop[r["name"]]["p_greater"] if r["name"] in drop else r["p_greater"] for r in family]
+    changed = [r["name"] for r, q in zip(family, holm(p)) if (q is not None and q < ALPHA) != r.get("confirmed", False)]
+    out.append({"name": "single-point pairs at full weight",
+                "text": "a seed pair whose common Pass@1 range is a single point counts as much as any other in the mean",
+                "evidence": "; ".join(f"{r['name']}: seeds {r['single_point_seeds']} ({_interval(drop[r['name']])} without "
+                                      f"them, {drop[r['name']]['n']} seeds)" for r in family if r["single_point_seeds"])
+                            or "no pair has a single-point range",
+                "without_single_point_pairs": drop, "verdicts_that_change": changed,
+                "could_change_a_verdict": bool(changed)})
+    if detector is not None:
+        # Flagging among every response token instead of the in-grammar ones (whose forks the labels give) can only add
+        # non-fork tokens to the pool: recall R can only fall, and F1 = 2PR / (P + R) <= 2R / (1 + R) since P <= 1.
+        bound = {d: sum(2 * (x := detector["table"][s]["detectors"][d]["recall"] or 0.0) / (1 + x) for s in detector["table"])
+                 / len(detector["table"]) for d in detector["mean_f1"]}
+        could = not detector["qualifies"] and max(bound.values()) >= fork_detect.QUALIFY_F1
+        out.append({"name": "detectors flag among in-grammar tokens",
+                    "text": "the detectors flag tokens only among in-grammar responses, which are known from the labels",
+                    "evidence": f"on every response token, a detector's recall can only fall, so its mean F1 is at most "
+                                f"mean 2R/(1+R) over the two sets: at most {max(bound.values()):.3f} (best candidate), below "
+                                f"{fork_detect.QUALIFY_F1}", "f1_upper_bound": bound, "could_change_a_verdict": could})
+    stopped = sum(bool(r.get("stopped")) for r in runs)
+    out.append({"name": "stall rule and non-finite stops",
+                "text": "the stall rule did not exempt a run stopped for a non-finite value, as the text says (fixed since: "
+                        "stalled() now returns False for such a run)",
+                "evidence": f"{stopped} of the study's {len(runs)} runs stopped for a non-finite value",
+                "could_change_a_verdict": stopped > 0})
+    return out
+
+
+# =============================================================================
 # Summary
 # =============================================================================
 
@@ -272,8 +385,8 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
         if not runs:
             continue
         curves[a] = {r["spec"]["seed"]: measured_curve(r["trajectory"], k) for r in runs}
-        stalls[a] = {r["spec"]["seed"]: base_test is not None and stalled(r["trajectory"], base_test, plan["stall_after"])
-                     for r in runs}
+        stalls[a] = {r["spec"]["seed"]: base_test is not None and stalled(r["trajectory"], base_test, plan["stall_after"],
+                                                                           r["stopped"]) for r in runs}
         shares = {c: [_mean(r["diagnostics"].get(f"arm_share_{c}") or r["diagnostics"][f"share_{c}"]) for r in runs]
                   for c in TOKEN_CLASSES}
         per_arm[a] = {"lr": sel["choices"][a], "seeds": [r["spec"]["seed"] for r in runs],
@@ -308,6 +421,14 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
                                                      g["runs"] - g["stalled"])
     reused = reused_specs(plan)
     runs_all = ([detect] if detect else []) + [r for s in base_specs(plan) if (r := load_one(s, plan))] + sel_results + confirm
+    matched = lr_matched(plan, base_test)
+    correction = {"lr_of": {r["name"]: [per_arm[r["arm"]]["lr"], per_arm[r["reference"]]["lr"]] for r in rows
+                            if r["arm"] in per_arm and r["reference"] in per_arm},
+                  "lr_matched": matched,
+                  "deviations": deviations(plan, rows, curves, detect["choice"] | {"table": detect["table"]} if detect else None,
+                                           base, sel_results + confirm)}
+    extra = [r for s in [*matched_specs(plan), base_rerun_spec(plan)] if (r := load_one(s, plan))
+             and json.dumps(r["spec"], sort_keys=True) not in {json.dumps(x["spec"], sort_keys=True) for x in runs_all}]
     runs_planned = 1 + 2 + len(select_specs(plan, arms)) + len(arms) * len(plan["confirm"])
     return finite_or_none({
         "partial": not all(complete.values()), "complete": complete,
@@ -319,8 +440,11 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
                    "equivalence_margin": EQUIVALENCE_MARGIN, "stall_rule": STALL_RULE, "detect": plan["detect"]},
         "detector": {"table": detect["table"], **detect["choice"]} if detect else None,
         "base": base, "selection": sel, "arms": per_arm, "hypotheses": rows, "comparisons": comparisons,
-        "stalls": stall_table,
+        "stalls": stall_table, "correction": correction,
         "compute": {"runs": len(runs_all), "runs_planned": runs_planned,
+                    "correction_runs": len([r for r in extra if json.dumps(r["spec"], sort_keys=True) not in reused]),
+                    "correction_run_time_s": round(sum(r["wall_time_s"] for r in extra
+                                                       if json.dumps(r["spec"], sort_keys=True) not in reused), 1),
                     "reused_from_long_study": sum(json.dumps(r["spec"], sort_keys=True) in reused for r in runs_all),
                     "run_time_s": round(sum(r["wall_time_s"] for r in runs_all), 1), "this_invocation_wall_s": round(wall_s, 1),
                     "timing": timing, "budget_hours": BUDGET_HOURS,
@@ -337,8 +461,9 @@ def reuse_filter(plan: dict):
     base (the archive's fingerprint, checked by restore_archive, is the rest of the design)."""
     def keep(result: dict) -> bool:
         s = result["spec"]
-        return s.get("base") == tag(plan)["base"] and ((s["arm"], s["phase"]) == (REFERENCE, "confirm") and s["seed"] in
-                                                     plan["confirm"] or (s["arm"], s["split"]) == ("base", "test"))
+        return s.get("base") == tag(plan)["base"] and not s.get("rerun") and (
+            (s["arm"], s["phase"]) == (REFERENCE, "confirm") and s["seed"] in plan["confirm"]
+            or (s["arm"], s["split"]) == ("base", "test"))
     return keep
 
 
@@ -410,7 +535,8 @@ def status(plan: dict, timing: dict | None) -> dict:
     sel_specs = select_specs(plan, arms)
     choices = selection(ls.load_results(sel_specs, plan), plan, base_val, arms)["choices"]
     phases = {"detect": [detect_spec(plan)], "base": base_specs(plan), "select": sel_specs,
-              "confirm": confirm_specs(plan, {a: choices.get(a, 1e-4) for a in arms})}  # lr unknown yet: 1e-4 stands in
+              "confirm": confirm_specs(plan, {a: choices.get(a, 1e-4) for a in arms}),  # lr unknown yet: 1e-4 stands in
+              "matched": [base_rerun_spec(plan), *matched_specs(plan)]}
     out, left_s = {}, 0.0
     proxy = proxy_timing()
     timing = timing or (proxy if proxy and f"s_per_eval_n{plan['n_eval']}" in proxy else None)
@@ -529,7 +655,56 @@ def claims(summary: dict) -> list[str]:
                            "is worse; two-sided, not Holm-corrected)")
             else:
                 reading = "not confirmed, and not shown equivalent to zero: a null, not evidence of no effect"
-            out.append(f"{h['name']}: {h['arm']} − {h['reference']} = {_interval(h)} over {h['n']} seeds; {reading}.")
+            out.append(f"{h['name']}: {h['arm']} − {h['reference']} = {_interval(h)} over {h['n']} seeds; {reading}."
+                       + confound_clause(summary, h))
+    return out
+
+
+def _matched_text(c: dict | None, lr: float) -> str:
+    if not c or c["primary"].get("mean") is None:
+        return f"not yet measured at lr {lr:g}"
+    return f"{_interval(c['primary'])} at lr {lr:g} ({c['primary']['n']} seeds)"
+
+
+def confound_clause(summary: dict, h: dict) -> str:
+    """For a hypothesis whose two arms ran at different selected lrs: that it is confounded with the lr, grpo's own change
+    between those lrs, and the same contrast at one lr (exploratory, from the correction's runs)."""
+    corr = summary.get("correction") or {}
+    lrs = corr.get("lr_of", {}).get(h["name"])
+    if not lrs or lrs[0] == lrs[1]:
+        return ""
+    m = corr["lr_matched"]
+    grpo = m["lr_effect"].get(REFERENCE)
+    moves = (f"; grpo alone moves {_interval(grpo['primary'])} ({grpo['primary']['n']} seeds) from lr {max(m['lrs']):g} to "
+             f"{min(m['lrs']):g}" if grpo and grpo["primary"].get("mean") is not None else "")
+    at_one = "; ".join(_matched_text(m["contrasts"].get(f"{key(h['arm'], lr)} - {key(h['reference'], lr)}"), lr)
+                       for lr in m["lrs"])
+    return (f" **Confounded with the learning rate:** {h['arm']} ran at lr {lrs[0]:g} and {h['reference']} at {lrs[1]:g}"
+            f"{moves}. The same contrast at one lr (exploratory{', PARTIAL' if m['partial'] else ''}): {at_one}.")
+
+
+def correction_lines(summary: dict) -> list[str]:
+    """The correction's section of the block: the lr-matched contrasts and the code's deviations from the text."""
+    corr = summary.get("correction")
+    if not corr:
+        return []
+    m = corr["lr_matched"]
+    out = ["\n**Correction, written after the runs** (issue 42; "
+           "[fork_study.md](fork_study.md#correction-written-after-the-runs)): H2 compared arms at different selected "
+           "learning rates. Every arm of H1 and H2 at each lr of "
+           f"{m['lrs']} on the confirmation seeds, exploratory and outside the Holm family: {m['runs']} of "
+           f"{m['runs_planned']} runs" + (" (**PARTIAL**: the lr-matched runs have not all finished)" if m["partial"] else "")
+           + ".\n", "| contrast | gap over the common Pass@1 range | final-checkpoint gap | single-point pairs |",
+           "|---|---|---|---|"]
+    for name, c in [*m["contrasts"].items(), *((f"{a}: lr {min(m['lrs']):g} − lr {max(m['lrs']):g}", c)
+                                                for a, c in m["lr_effect"].items())]:
+        out.append(f"| {name.replace(' - ', ' − ')} | {_interval(c['primary'])} ({c['primary']['n']} seeds) | "
+                   f"{_interval(c['final'])} | {', '.join(map(str, c['single_point_seeds'])) or 'none'} |")
+    out.append("\nWhere the code that produced the hypotheses differs from the pre-registered text:\n")
+    for d in corr["deviations"]:
+        verdict = {True: "yes", False: "no", None: "not yet known"}[d["could_change_a_verdict"]]
+        out.append(f"- {d['name'][0].upper() + d['name'][1:]}: {d['text']}. {d['evidence'][0].upper() + d['evidence'][1:]}. "
+                   f"Could it change a verdict: {verdict}.")
     return out
 
 
@@ -586,6 +761,7 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
                        f"{_interval(comp.get('without_stalls', {}))} | {'–' if weighted is None else f'{weighted:+.3f}'} | "
                        f"{', '.join(map(str, (comp.get('width_weighted') or {}).get('no_overlap', []))) or 'none'} | "
                        + " | ".join(shares) + " |")
+    out += correction_lines(summary)
     out.append("\n" + compute_line(c))
     return "\n".join(out)
 
@@ -595,6 +771,9 @@ def compute_line(c: dict) -> str:
     hours, projected = c["run_time_s"] / 3600, c.get("projected_run_hours")
     line = (f"Compute: {c['runs']} of {c['runs_planned']} runs ({c['reused_from_long_study']} reused from the long "
             f"study), {hours:.2f} h summed over the runs' own wall times")
+    if c.get("correction_runs"):
+        line += (f"; the correction's {c['correction_runs']} further runs took {c['correction_run_time_s'] / 3600:.2f} h "
+                 "(outside the budget)")
     if projected is None:
         return line + "."
     verdict = f"over it by {hours - c['budget_hours']:.2f} h" if hours > c["budget_hours"] else "within it"
@@ -609,7 +788,8 @@ def compute_line(c: dict) -> str:
 def make_plan(args: argparse.Namespace, timing: dict | None) -> dict:
     plan = {"out": args.out, "flags": [], "steps": STEPS, "eval_every": EVAL_EVERY, "lrs": LRS, "select": SELECT_SEEDS,
             "confirm": CONFIRM_SEEDS, "arms": list(ARMS), "k": K, "n_eval": N_EVAL, "detect": DETECT,
-            "stall_after": STALL_AFTER, "base_sha256": BASE_SHA256, "reuse": str(LONG_ARCHIVE), "amendment": None}
+            "stall_after": STALL_AFTER, "base_sha256": BASE_SHA256, "reuse": str(LONG_ARCHIVE), "amendment": None,
+            "matched_lrs": MATCHED_LRS}
     if args.quick:
         return plan | QUICK | {"reuse": args.reuse or None}
     if timing and timing.get("task_flags") == ls.TASK_FLAGS and not args.timing:
@@ -621,7 +801,8 @@ def make_plan(args: argparse.Namespace, timing: dict | None) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phases", default="detect,base,select,confirm", help="comma-separated phases to run")
+    parser.add_argument("--phases", default="detect,base,select,confirm,matched",
+                        help="comma-separated phases to run (matched: the exploratory lr-matched runs of the correction)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (worker processes)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--out", default="", help="run directory (default runs/fork, runs/fork_quick)")
@@ -683,13 +864,17 @@ def main(argv: list[str] | None = None) -> dict:
                                 base_val["trajectory"][0]["pass_at_k"]["1"] if base_val else None, arms)["choices"]
             if "confirm" in phases and len(choices) == len(arms) and base_val:
                 ran += ls.run_all(confirm_specs(plan, choices), plan, args.jobs, args.threads, run=_run)
+            if "matched" in phases and len(choices) == len(arms):
+                ran += ls.run_all([base_rerun_spec(plan), *matched_specs(plan)], plan, args.jobs, args.threads, run=_run)
     summary = aggregate(plan, time.time() - start, timing)
     summary["compute"]["runs_this_invocation"] = ran
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(summary, indent=1))
-    arms = summary["design"]["arms_run"]
+    arms, reused = summary["design"]["arms_run"], reused_specs(plan)  # the long study's archive restores what it reused
     specs = [detect_spec(plan), *base_specs(plan), *select_specs(plan, arms),
-             *confirm_specs(plan, summary["selection"]["choices"] if summary["complete"]["select"] else {})]
+             *confirm_specs(plan, summary["selection"]["choices"] if summary["complete"]["select"] else {}),
+             base_rerun_spec(plan), *[s for s in matched_specs(plan) if json.dumps(s, sort_keys=True) not in reused]]
+    specs = list({json.dumps(s, sort_keys=True): s for s in specs}.values())  # a matched run may be a confirmation run
     ls.write_archive(archive, plan, specs, summary["partial"], plan["base_sha256"], what=ARCHIVE_WHAT)
     png = results.with_suffix(".png")
     if summary["arms"] or summary["detector"]:

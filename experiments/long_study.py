@@ -102,8 +102,8 @@ DIAGNOSTICS = [f"w_dev_{m.replace('-', '_')}" for m in rm.OCCURRENCES] + ["dup_e
 
 def run_dir(out: Path, spec: dict) -> Path:
     out = out / f"base-{spec['base']}" if "base" in spec else out  # a run of the amendment's replacement base
-    if spec["arm"] == "base":
-        return out / "base" / spec["split"]
+    if spec["arm"] == "base":  # a second evaluation of the same base (the fork study's check) gets its own directory
+        return out / "base" / (spec["split"] + ("-rerun" if spec.get("rerun") else ""))
     return out / spec["phase"] / spec["arm"] / f"lr{spec['lr']:g}" / f"seed{spec['seed']}"
 
 

@@ -236,6 +236,7 @@ def test_stall_rule():
     assert fs.stalled(traj(0.30, 0.06, 0.07), 0.05)  # early progress does not count: steps >= 40 stay <= 0.07
     assert not fs.stalled(traj(0.05, 0.05, 0.0701), 0.05)  # one late checkpoint above base + 0.02
     assert not fs.stalled(traj(0.01), 0.05)  # no checkpoint at step >= 40: not a stall (a stopped run is diverged)
+    assert not fs.stalled(traj(0.30, 0.06, 0.07), 0.05, stopped="non-finite loss")  # stopped: diverged, never stalled
     assert f"same n) + {fs.STALL_MARGIN}); choose" in fs.SELECTION_RULE  # the written rule keeps the margin's digits
 
 
@@ -290,7 +291,14 @@ def test_quick_study_end_to_end_resumes_and_reuses(tmp_path):
     args = ["--quick", "--out", str(out), "--results", str(results)]
     summary = fs.main(args)
     n_runs = summary["compute"]["runs_planned"]
-    assert not summary["partial"] and summary["compute"]["runs"] == summary["compute"]["runs_this_invocation"] == n_runs
+    assert not summary["partial"] and summary["compute"]["runs"] == n_runs
+    extra = summary["compute"]["correction_runs"]  # the lr-matched runs at the lr not chosen, and the base again
+    assert extra == 1 + 3 * len(fs.QUICK["confirm"]) and summary["compute"]["runs_this_invocation"] == n_runs + extra
+    matched = summary["correction"]["lr_matched"]
+    assert not matched["partial"] and set(matched["contrasts"]) == {
+        f"{fs.key(a, lr)} - {fs.key(r, lr)}" for lr in fs.QUICK["matched_lrs"] for a, r in fs.MATCHED_CONTRASTS}
+    rerun = summary["correction"]["deviations"][0]
+    assert rerun["could_change_a_verdict"] is False  # the same base evaluated twice gives the same counts
     assert set(summary["detector"]["table"]) == {"base", "grpo step 2"}
     assert summary["design"]["arms_run"] == [a for a in fs.QUICK["arms"] if summary["detector"]["qualifies"] or a != fs.DETECTED]
     for v in summary["arms"].values():
@@ -314,7 +322,8 @@ def test_quick_study_end_to_end_resumes_and_reuses(tmp_path):
                      str(tmp_path / "q_runs.jsonl.gz")])
     reused = 1 + len(fs.QUICK["confirm"])
     assert other["compute"]["reused_from_long_study"] == reused
-    assert other["compute"]["runs_this_invocation"] == n_runs - reused
+    # and runs the correction's own: the base again, reco-token and the oracle at the lr not chosen (grpo's are reused)
+    assert other["compute"]["runs_this_invocation"] == n_runs - reused + 1 + 2 * len(fs.QUICK["confirm"])
     status = fs.main(args + ["--status"])
     assert all(status[p]["done"] == status[p]["planned"] for p in ("detect", "base", "select"))
     block = fs.render_block(summary, "q.json", "q.png")
