@@ -39,9 +39,21 @@ class ConfigError(ValueError):  # a bad setting; the message names the flag
         self.name, self.message = name, message
 
 
-def loss_checks(cfg, occurrences: list[str], token_ratios: list[str]) -> list[tuple[str, bool, str]]:
+def loss_checks(cfg, occurrences: list[str], token_ratios: list[str], advantages: list[str], gates: list[str],
+                weights: list[str]) -> list[tuple[str, bool, str]]:
     """reco_mini.LossConfig's checks of the policy-loss settings: (field, ok, message)."""
     return [
+        ("advantage", cfg.advantage in advantages, f"must be one of {advantages}"),
+        ("pass_k", cfg.pass_k >= 1, "must be >= 1"),
+        ("prompt_gate", cfg.prompt_gate in gates, f"must be one of {gates}"),
+        ("response_weight", cfg.response_weight in weights, f"must be one of {weights}"),
+        ("ucpo_tau", 0 <= cfg.ucpo_tau <= 1, "must be in [0, 1]"),
+        ("ucpo_score", cfg.ucpo_score in ("mean", "sum"), "must be mean or sum"),
+        ("simko_k", cfg.simko_k >= 1, "must be >= 1"),
+        ("simko_alpha", 0 <= cfg.simko_alpha <= 1, "must be in [0, 1]"),
+        ("simko_lambda", cfg.simko_lambda > 0, "must be > 0"),
+        ("simko_quantile", 0 <= cfg.simko_quantile <= 1, "must be in [0, 1]"),
+        ("simko_scale", cfg.simko_scale in ("advantage", "ratio"), "must be advantage or ratio"),
         ("occurrence", cfg.occurrence in ("", *occurrences), f"must be one of {occurrences}"),
         ("occurrence_apply", cfg.occurrence_apply in ("all", "positive"), "must be all or positive"),
         ("token_ratio", cfg.token_ratio in ("", *token_ratios), f"must be one of {token_ratios}"),
@@ -55,6 +67,14 @@ def loss_checks(cfg, occurrences: list[str], token_ratios: list[str]) -> list[tu
         ("aggregation", cfg.aggregation in ("token-mean", "seq-mean-token-mean"),
          "must be token-mean or seq-mean-token-mean"),
     ]
+
+
+def mini_only(cfg) -> list[str]:
+    """The policy-loss fields set to one of the peers' methods, which only reco_mini's own loop applies (issue 42): an
+    advantage, a prompt gate, a response weight, or the token term that reads the logits. Other trainers refuse them."""
+    peers = {"advantage": "grpo", "prompt_gate": "none", "response_weight": "none"}
+    return [name for name, plain in peers.items() if getattr(cfg, name) != plain] + (
+        ["token_ratio"] if cfg.token_ratio == "simko" else [])
 
 
 def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, bool, str]]:

@@ -32,9 +32,9 @@ from tqdm.auto import tqdm
 
 import reco_io  # plumbing: command line, files, models, sampler, forwards, precision, table, plot
 import reco_log  # log.jsonl, and TensorBoard / W&B on request
+import reco_variants as variants  # rarely used weights, and the peers' methods
 from reco_io import ConfigError, Step, forward_stats, old_stats, opt, token_stats  # noqa: F401
 from reco_task import TASKS  # the problems: splits, prompt, reward, canonical keys, token labels
-from reco_variants import copies_canonical, copies_count, copies_token_mean  # rarely used weights
 
 METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
     "grpo": ("none", "is", 0.0),
@@ -60,6 +60,17 @@ class LossConfig:
     kl_coef: float = opt(0.0, "beta of the k3 KL penalty to the base policy")
     no_std: bool = opt(False, "Dr.GRPO advantages: do not divide by the group's std")
     aggregation: str = opt("token-mean", "token-mean | seq-mean-token-mean")
+    advantage: str = opt("grpo", "group advantage: grpo | pass-at-k (Pass@k training)")
+    pass_k: int = opt(4, "k of --advantage pass-at-k, at most the group size")
+    prompt_gate: str = opt("none", "update the prompts: none (all) | zero-success (never solved)")
+    response_weight: str = opt("none", "a peer's response weight, times ReCo's: none | ucpo")
+    ucpo_tau: float = opt(0.2, "UCPO's tau: the uniform share of the correct responses' weight")
+    ucpo_score: str = opt("mean", "UCPO's q from mean (authors' code) | sum (paper) log pi_old")
+    simko_k: int = opt(3, "SimKO's K: the likeliest tokens a correct response's update spreads to")
+    simko_alpha: float = opt(0.01, "SimKO's alpha: the share of the update spread over the top K")
+    simko_lambda: float = opt(1.1, "SimKO's lambda: the penalty on an incorrect top-1 token")
+    simko_quantile: float = opt(0.8, "SimKO acts above this quantile of a response's entropies")
+    simko_scale: str = opt("advantage", "lambda scales: advantage (authors' code) | ratio (Eq. 5)")
 
     def __post_init__(self):
         for name, ok, message in self.checks():
@@ -67,7 +78,8 @@ class LossConfig:
                 raise ConfigError(name, message)
 
     def checks(self) -> list[tuple[str, bool, str]]:  # (field, ok, message)
-        return reco_io.loss_checks(self, list(OCCURRENCES), list(TOKEN_RATIOS))
+        return reco_io.loss_checks(self, list(OCCURRENCES), list(TOKEN_RATIOS), list(ADVANTAGES),
+                                   list(PROMPT_GATES), list(RESPONSE_WEIGHTS))
 
 
 def loss_config(cfg: LossConfig, method: str) -> LossConfig:
@@ -151,6 +163,23 @@ def register(registry: dict, name: str):
     return lambda fn: registry.update({name: fn}) or fn
 
 
+# Advantages, prompt gates and response weights beside ReCo's: the peers of reco_variants.py
+# (--advantage, --prompt-gate, --response-weight); each default leaves GRPO as it is.
+ADVANTAGES: dict[str, Callable] = {  # (rewards [P, G], LossConfig) -> A [P, G]
+    "grpo": lambda rewards, cfg: group_advantages(rewards, scale_by_std=not cfg.no_std),
+    "pass-at-k": lambda rewards, cfg: variants.pass_at_k_advantages(rewards, cfg.pass_k),
+}
+PROMPT_GATES: dict[str, Callable] = {  # (problems, rewards [P, G], the run's memory) -> 0/1 [P]
+    "none": lambda problems, rewards, memory: torch.ones(len(problems), device=rewards.device),
+    "zero-success": variants.zero_success_gate,
+}
+RESPONSE_WEIGHTS: dict[str, Callable] = {  # (R, seq_logprobs, lengths [P, G], cfg) -> w [P, G]
+    "none": lambda rewards, lp, lengths, cfg: torch.ones_like(lp),
+    "ucpo": lambda rewards, lp, lengths, cfg: variants.ucpo_weights(
+        rewards, lp, lengths, cfg.ucpo_tau, cfg.ucpo_score == "mean"),
+}
+
+
 # Response level. Each mode gives m_i, the expected copies of y_i in its group;
 # w_i = G (1/m_i) / sum_j (1/m_j). Signature: (seq_logprobs [P, G] float64, lengths [P, G] float64
 # | None, responses: P*G tuples | None, keys: P*G canonical keys | None) -> m [P, G]
@@ -163,8 +192,8 @@ def copies_sequence(lp: Tensor, lengths, responses, keys) -> Tensor:
     return 1.0 + (lp.shape[1] - 1) * lp.exp()
 
 
-OCCURRENCES |= {"token-mean": copies_token_mean, "count": copies_count,  # from reco_variants.py
-                "canonical": copies_canonical}
+OCCURRENCES |= {"token-mean": variants.copies_token_mean, "count": variants.copies_count,
+                "canonical": variants.copies_canonical}
 
 
 @register(OCCURRENCES, "none")
@@ -191,8 +220,10 @@ def occurrence_weights(seq_logprobs: Tensor, mode: str = "sequence", responses: 
 
 
 def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
-    """log pi(y_t|s_t) of the temperature-scaled distribution. [B,T,V],[B,T] -> [B,T]"""
-    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    """log pi(y_t|s_t) of the temperature-scaled distribution. [B,T,V],[B,T] -> [B,T], in float32
+    (float64 stays float64)."""
+    z = logits.double() if logits.dtype == torch.float64 else logits.float()
+    logp = F.log_softmax(z / temperature, dim=-1)
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
@@ -225,6 +256,10 @@ class TokenTerms:  # what a token-ratio term may use; [B, T] unless noted
     v_old: Tensor | None  # V_old(s_t)
     v_old_mean: Tensor | None  # 0-d: mean V_old over the rollout batch's tokens (all ranks)
     select: Tensor | None = None  # 0/1 tokens of TOKEN_SELECTS[token_ratio], where registered
+    logits: Tensor | None = None  # [B, T, V] the policy's logits, where the trainer keeps them
+    temperature: float = 1.0  # pi_theta = softmax(logits / temperature)
+    y: Tensor | None = None  # [B, T] the response tokens
+    mask: Tensor | None = None  # [B, T] 1 on response tokens
 
 
 # Token level. Signature: (TokenTerms, LossConfig) -> (per-token loss [B, T], rho [B, T] or None)
@@ -255,13 +290,19 @@ def variance_old_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, Tensor]:
     return rho * importance_ratio(t, cfg)[0], rho
 
 
+TOKEN_RATIOS["simko"] = variants.simko_ratio  # a peer: GRPO's loss, smoothed at uncertain tokens
+
+
 def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tensor | None = None,
-                num_tokens: float | Tensor | None = None,
-                num_seqs: float | Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+                num_tokens: float | Tensor | None = None, num_seqs: float | Tensor | None = None,
+                logits: Tensor | None = None,
+                temperature: float = 1.0) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO / ReCo surrogate of a (mini- or micro-) batch; `cfg` as resolved by `loss_config`.
 
     logp, v: [B, T] log pi_theta(y_t), V_theta(s_t). batch: "old_logp", "mask" [B, T], "advantages"
-    [B]; optional "weights" [B], "v_old" [B, T], "v_old_mean" (0-d), "ref_logp", "select" [B, T].
+    [B]; optional "weights" [B], "v_old" [B, T], "v_old_mean" (0-d), "ref_logp", "select",
+    "resp" [B, T];
+    logits [B, T, V] at `temperature`, for a token term that reads them.
     num_tokens/num_seqs override the normaliser: micro-batches and ranks sum to the mini-batch.
 
       r_t    = exp(clamp(logp - old_logp, -20, 20))
@@ -276,7 +317,7 @@ def policy_loss(logp: Tensor, batch: dict[str, Tensor], cfg: LossConfig, v: Tens
     clipped_high, clipped_low = (r > 1 + cfg.clip_high) & (A > 0), (r < 1 - cfg.clip_low) & (A < 0)
     keep = (~(clipped_high | clipped_low)).to(logp.dtype)
     terms = TokenTerms(logp, r, A, keep, v, batch.get("v_old"), batch.get("v_old_mean"),
-                       batch.get("select"))
+                       batch.get("select"), logits, temperature, batch.get("resp"), mask)
     loss, rho = TOKEN_RATIOS[cfg.token_ratio](terms, cfg)
     if cfg.dual_clip > 0:  # cap the loss of A < 0 at -C A (zero gradient where it binds)
         loss = torch.where(A < 0, torch.min(loss, -cfg.dual_clip * A), loss)
@@ -330,6 +371,7 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
     loss_cfg = loss_config(cfg, method)
     task = TASKS[cfg.task]
     rng, gen = random.Random(cfg.seed), torch.Generator(cfg.device).manual_seed(cfg.seed)
+    solved = set()  # the prompt gate's memory: problems with a success in an earlier step
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     P, G = cfg.prompts_per_step, cfg.group_size
     ckpt = run_dir / "model.pt"
@@ -342,12 +384,15 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         raise ValueError("--kl-coef > 0 needs the base model on the model's device")
     if cfg.head_chunk > 0:
         reco_io.check_lm_head(model)  # the logits must be lm_head(last hidden state), nothing more
+        if loss_cfg.token_ratio == "simko":
+            raise ConfigError("head_chunk", "> 0 keeps no logits, which --token-ratio simko reads")
     for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
         t0 = time.time()
         step_problems = rng.sample(problems, P)
         r = rollout(cfg, model, tokenizer, step_problems, G, gen)  # rollout -> reward
-        A = group_advantages(r["rewards"], scale_by_std=not cfg.no_std)  # advantage
+        A = ADVANTAGES[loss_cfg.advantage](r["rewards"], loss_cfg)  # advantage
         A = A * focal_scale(r["rewards"], loss_cfg.focal_gamma)[:, None]  # F-GRPO (gamma 0: 1)
+        A = A * PROMPT_GATES[loss_cfg.prompt_gate](step_problems, r["rewards"], solved)[:, None]
         A = A.flatten().to(cfg.device)  # [P*G]
         t1 = time.time()
         mask = r["mask"].float()
@@ -362,11 +407,15 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
         w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), loss_cfg.occurrence,  # weights
                                responses, mask.sum(-1).view(P, G), A.view(P, G),
                                loss_cfg.occurrence_apply, keys).flatten()
+        w = w * RESPONSE_WEIGHTS[loss_cfg.response_weight](
+            r["rewards"], (old_logp * mask).sum(-1).view(P, G), mask.sum(-1).view(P, G), loss_cfg
+        ).flatten()
         this = Step(step_problems, G, r["texts"], r["resp"], mask, responses, r["rewards"], A,
                     old_logp, v_old, v_old_mean, entropy, w, loss_cfg, task, tokenizer)
         selects = TOKEN_SELECTS.get(loss_cfg.token_ratio)
         diagnostics = on_step(this) if on_step else {}
         batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old,
+                     resp=r["resp"],
                      ref_logp=ref_logp, select=selects(this) if selects else None)
         stats, t2 = {}, time.time()  # name -> one value per update (policy_loss's: per micro-batch)
         with reco_io.training(model, cfg.gradient_checkpointing):  # the updates
@@ -376,11 +425,18 @@ def train_rl(cfg: Config, method: str, model, base, tokenizer, problems: list, r
                     optimizer.zero_grad()
                     loss = 0.0
                     for mic in idx.split(cfg.micro_batch or len(idx)):  # gradients add up
-                        with precision:
-                            logp, v, _ = forward_stats(cfg, model, seqs, mic)
+                        with precision:  # the readable forward; --head-chunk: reco_io's sliced one
+                            logits = None if cfg.head_chunk > 0 else reco_io.response_logits(
+                                model, *(x[mic] for x in seqs))
+                            if logits is None:
+                                logp, v, _ = forward_stats(cfg, model, seqs, mic)
+                            else:
+                                logp = token_logprobs(logits, r["resp"][mic], cfg.temperature)
+                                v = variance_stat(logits.detach(), cfg.temperature)
                         mb = {k: x[mic] for k, x in batch.items() if x is not None}
                         part, s = policy_loss(logp, mb | {"v_old_mean": v_old_mean}, loss_cfg, v=v,
-                                              num_tokens=mask[idx].sum(), num_seqs=len(idx))
+                                              num_tokens=mask[idx].sum(), num_seqs=len(idx),
+                                              logits=logits, temperature=cfg.temperature)
                         part.backward()  # normalised by the mini-batch: the parts sum to its loss
                         loss += part.item()
                         for k, x in s.items():

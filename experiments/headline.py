@@ -22,8 +22,8 @@ import cpu_study  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
 FRONTIER, CPU, LONG = "results/frontier_study.json", "results/cpu_study.json", "results/long_study.json"
-FORK = "results/fork_study.json"
-SOURCES = (FRONTIER, CPU, LONG)  # FORK joins them once the fork study has written its summary
+FORK, CONTROL = "results/fork_study.json", "results/control_study.json"
+SOURCES = (FRONTIER, CPU, LONG)  # FORK and CONTROL join them once their studies have written a summary
 
 
 def interval(estimate: float, low: float, high: float) -> str:
@@ -115,17 +115,31 @@ def fork_study_lines(fork: dict | None) -> list[str]:
             f"  - {fork_study.detector_lines(fork)[-1].strip()}", f"  - Stalled runs per arm: {stalls}."]
 
 
-def sources() -> tuple[list[dict], dict | None]:
-    """The committed summaries render takes: SOURCES, and the fork study's where it exists."""
-    fork = ROOT / FORK
-    return [json.loads((ROOT / path).read_text()) for path in SOURCES], json.loads(fork.read_text()) if fork.exists() else None
+def control_study_lines(control: dict | None) -> list[str]:
+    """The positive-control study: nothing before its first summary, how far it is while it runs, then its answer."""
+    if control is None:
+        return []
+    import control_study  # here, not at the top: importing it registers the fork arms in reco_mini
+    head = "- **A positive control: can any method beat GRPO's coverage here?** ([docs/control_study.md](docs/control_study.md))"
+    if control["partial"]:
+        return [f"{head}: **PARTIAL**: the study is partial ({control['compute']['runs']} of "
+                f"{control['compute']['runs_planned'] or '?'} runs in `{CONTROL}`), so no finding is drawn from it yet."]
+    return [f"{head} {control_study.claims(control)[0]}"]
 
 
-def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None) -> str:
+def sources() -> tuple[list[dict], dict | None, dict | None]:
+    """The committed summaries render takes: SOURCES, and the fork and control studies' where they exist."""
+    fork, control = ROOT / FORK, ROOT / CONTROL
+    return ([json.loads((ROOT / path).read_text()) for path in SOURCES], json.loads(fork.read_text()) if fork.exists() else None,
+            json.loads(control.read_text()) if control.exists() else None)
+
+
+def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None) -> str:
     """The block: one plain sentence per finding."""
     return "\n".join([
         f"_Generated from `{FRONTIER}`, `{CPU}`, `{LONG}`"
-        + (f" and `{FORK}`" + (" (PARTIAL: the study is partial)" if fork["partial"] else "") if fork else "")
+        + (f", `{FORK}`" + (" (PARTIAL: the study is partial)" if fork["partial"] else "") if fork else "")
+        + (f", `{CONTROL}`" + (" (PARTIAL: the study is partial)" if control["partial"] else "") if control else "")
         + " by `python experiments/headline.py --write README.md`; "
         "rerun it rather than editing._",
         "",
@@ -133,6 +147,7 @@ def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None) -> s
         *[f"- {sentence}" for sentence in frontier_sentences(frontier)],
         f"- {long_study_sentence(long)}",
         *fork_study_lines(fork),
+        *control_study_lines(control),
     ])
 
 
@@ -148,8 +163,8 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", type=Path, help="page to fill between the headline markers (README.md)")
     args = parser.parse_args(argv)
-    required, fork = sources()
-    block = render(*required, fork=fork)
+    required, fork, control = sources()
+    block = render(*required, fork=fork, control=control)
     if args.write:
         write(args.write, block)
     else:

@@ -118,7 +118,8 @@ def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, on_step
     path.mkdir(parents=True, exist_ok=True)
     start, stopped, log = time.time(), None, []
     base, tokenizer, splits = ctx["base"], ctx["tokenizer"], ctx["splits"]
-    common = [*TASK_FLAGS, *plan["flags"], "--n-eval", str(plan["n_eval"]), "--eval-seed", str(EVAL_SEED_BASE + spec["seed"])]
+    common = [*plan.get("task_flags", TASK_FLAGS), *plan["flags"], "--n-eval", str(plan["n_eval"]), "--eval-seed",
+              str(EVAL_SEED_BASE + spec["seed"])]
     if spec["arm"] == "base":
         cfg = rm.parse_config([*common, "--seed", str(spec["seed"]), "--methods", ""])
         trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], "base")}]
@@ -157,10 +158,10 @@ _CTX: dict = {}
 WORKER_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
 
 
-def load_context(flags: list[str], base_file: Path | None = None) -> dict:
+def load_context(flags: list[str], base_file: Path | None = None, task_flags: list[str] = TASK_FLAGS) -> dict:
     """Splits, tokenizer and SFT base; a committed `base_file` replaces the cached base, so that every machine runs on
-    the same weights (a retrained base differs from machine to machine)."""
-    cfg = rm.parse_config([*TASK_FLAGS, *flags, "--seed", "0"])
+    the same weights (a retrained base differs from machine to machine). Another study passes its `task_flags`."""
+    cfg = rm.parse_config([*task_flags, *flags, "--seed", "0"])
     splits, tokenizer = make_splits(cfg), char_tokenizer(cfg.task)
     if base_file is not None and base_file.exists():
         base_cache_path(cfg).parent.mkdir(parents=True, exist_ok=True)
@@ -182,14 +183,14 @@ def die_with_parent() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _init_worker(flags: list[str], threads: int) -> None:
+def _init_worker(flags: list[str], threads: int, task_flags: list[str] = TASK_FLAGS) -> None:
     torch.set_num_threads(threads)
-    _CTX.update(load_context(flags))
+    _CTX.update(load_context(flags, task_flags=task_flags))
 
 
-def _init_pool_worker(flags: list[str], threads: int) -> None:
+def _init_pool_worker(flags: list[str], threads: int, task_flags: list[str] = TASK_FLAGS) -> None:
     die_with_parent()  # a pool worker only: a --jobs 1 study under nohup must outlive the shell that started it
-    _init_worker(flags, threads)
+    _init_worker(flags, threads, task_flags)
 
 
 def _run(spec: dict, plan: dict) -> dict:
@@ -204,7 +205,7 @@ def run_all(specs: list[dict], plan: dict, jobs: int, threads: int, run=None) ->
     if jobs == 1 or len(todo) <= 1:
         previous = torch.get_num_threads()
         if todo:
-            _init_worker(plan["flags"], threads)
+            _init_worker(plan["flags"], threads, plan.get("task_flags", TASK_FLAGS))
         for spec in todo:
             run(spec, plan)
         torch.set_num_threads(previous)
@@ -212,7 +213,7 @@ def run_all(specs: list[dict], plan: dict, jobs: int, threads: int, run=None) ->
         for name, value in WORKER_MALLOC.items():  # read by glibc when a worker starts; the caller's settings win
             os.environ.setdefault(name, value)
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_init_pool_worker,
-                                 initargs=(plan["flags"], threads)) as pool:
+                                 initargs=(plan["flags"], threads, plan.get("task_flags", TASK_FLAGS))) as pool:
             for future in as_completed([pool.submit(run, s, plan) for s in todo]):
                 future.result()
     return len(todo)
@@ -220,8 +221,11 @@ def run_all(specs: list[dict], plan: dict, jobs: int, threads: int, run=None) ->
 
 def fingerprint(plan: dict) -> dict:
     """What a finished run depends on besides its spec: an archived run is restored only into the same design."""
-    return {"task_flags": TASK_FLAGS, "sft_form_prior": list(LONG_SFT_FORM_PRIOR), "flags": plan["flags"],
-            "steps": plan["steps"], "eval_every": plan["eval_every"], "n_eval": plan["n_eval"]}
+    return {"task_flags": plan.get("task_flags", TASK_FLAGS),
+            "sft_form_prior": list(plan.get("sft_form_prior", LONG_SFT_FORM_PRIOR)), "flags": plan["flags"],
+            "steps": plan["steps"], "eval_every": plan.get("eval_every"), "n_eval": plan["n_eval"],
+            **({"eval_steps": list(plan["eval_steps"]), "where_steps": list(plan["where_steps"])}
+               if "eval_steps" in plan else {})}
 
 
 def base_sha256(base) -> str:

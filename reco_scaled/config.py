@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+import reco_io
 import reco_log
 from reco_mini import METHODS, LossConfig, loss_config
 
@@ -186,6 +187,9 @@ def validate(cfg: RunConfig) -> None:
     for name, ok, message in LossConfig.checks(cfg.algo):
         if not ok:
             raise ConfigError(f"config key 'algo.{name}' {message}, got {getattr(cfg.algo, name)!r}")
+    for name in reco_io.mini_only(cfg.algo):
+        raise ConfigError(f"config key 'algo.{name}' {getattr(cfg.algo, name)} is not supported by reco_scaled: the "
+                          "peers' methods run in reco_mini's loop only (the positive-control study)")
     if cfg.algo.occurrence == "canonical":
         raise ConfigError("config key 'algo.occurrence' canonical is not supported by reco_scaled yet: its "
                           "canonical keys come from reco_mini's tasks only (reco_countdown.response_key); use count")

@@ -270,8 +270,8 @@ def test_readme_findings_are_generated_from_the_committed_results():
 
     text = README.read_text()
     block = text.split(headline.BEGIN, 1)[1].split(headline.END, 1)[0]
-    required, fork = headline.sources()
-    want = headline.render(*required, fork=fork)
+    required, fork, control = headline.sources()
+    want = headline.render(*required, fork=fork, control=control)
     assert block.strip() == want.strip(), "rerun: python experiments/headline.py --write README.md"
     outside = headline.BEGIN.join([text.split(headline.BEGIN)[0], text.split(headline.END)[1]])
     # measured values are decimals: none may be typed outside the block (model names and the arXiv id are not values)

@@ -92,8 +92,11 @@ def test_micro_batch_gradient_equals_mini_batch_gradient_in_float64(tmp_path, mo
     logs = {}
     # micro 0: one forward per mini-batch of 8 rows; 3: pieces of 3, 3, 2; "3h": the same with the lm head applied to
     # slices of 5 row-tokens (--head-chunk), whose logits are remade in the backward pass
-    for name, flags in (("0", ["--micro-batch", "0"]), ("3", ["--micro-batch", "3"]), ("1", ["--micro-batch", "1"]),
-                        ("3h", ["--micro-batch", "3", "--head-chunk", "5"])):
+    legs = [("0", ["--micro-batch", "0"]), ("3", ["--micro-batch", "3"]), ("1", ["--micro-batch", "1"]),
+            ("3h", ["--micro-batch", "3", "--head-chunk", "5"])]
+    if token_ratio == "simko":  # it reads the logits, which --head-chunk never keeps (train_rl refuses the pair)
+        legs = legs[:3]
+    for name, flags in legs:
         cfg, tok, base, problems = _setup(argv + flags, torch.float64)
         model = tiny_model(tok, 32, 2).double()
         model.load_state_dict(base.state_dict())
@@ -108,10 +111,11 @@ def test_micro_batch_gradient_equals_mini_batch_gradient_in_float64(tmp_path, mo
             for a, b in zip(g_full, g_micro):
                 assert a.dtype == torch.float64
                 torch.testing.assert_close(b, a, rtol=1e-11, atol=1e-15)
-    assert len(micro_runs) == 3
+    assert len(micro_runs) == len(legs) - 1
     for key in ("loss", "entropy", "kl_base", "w_min", "w_max", "v_old_mean", "reward_mean"):
         assert logs["3"][key] == pytest.approx(logs["0"][key], rel=1e-12, abs=1e-15) == logs["1"][key]
-        assert logs["3h"][key] == pytest.approx(logs["0"][key], rel=1e-12, abs=1e-15)
+        if "3h" in logs:
+            assert logs["3h"][key] == pytest.approx(logs["0"][key], rel=1e-12, abs=1e-15)
 
 
 def test_bfloat16_autocast_and_gradient_checkpointing_run_where_said(tmp_path, monkeypatch):

@@ -163,3 +163,12 @@ def test_memory_command_takes_the_gpu_size(capsys):
 def test_canonical_occurrence_is_refused_at_start():  # its keys come from reco_mini's tasks only
     with pytest.raises(ConfigError, match="'algo.occurrence' canonical"):
         load_config(TINY, ["algo.occurrence=canonical"])
+
+
+@pytest.mark.parametrize("override, key", [("algo.advantage=pass-at-k", "algo.advantage"),
+                                           ("algo.prompt_gate=zero-success", "algo.prompt_gate"),
+                                           ("algo.response_weight=ucpo", "algo.response_weight"),
+                                           ("algo.token_ratio=simko", "algo.token_ratio")])
+def test_the_peers_methods_are_refused_at_start(override, key):  # reco_mini's loop applies them, reco_scaled's does not
+    with pytest.raises(ConfigError, match=f"'{key}' .* not supported by reco_scaled"):
+        load_config(TINY, [override])

@@ -262,6 +262,7 @@ def test_stats_path_is_gathered_under_zero3_only():
     ({"entropy_coef": 0.01}, "entropy bonus"),
     ({"occurrence": "bogus"}, "occurrence: must be one of"),
     ({"occurrence": "canonical"}, "occurrence='canonical'"),
+    ({"token_ratio": "simko"}, "token_ratio='simko'"),
     ({"epsilon": 1.5}, "epsilon: must be in (0, 1)"),
     ({"method": "ppo"}, "method='ppo'"),
     ({"reco_stats_path": "dense"}, "reco_stats_path='dense'"),

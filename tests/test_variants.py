@@ -37,8 +37,8 @@ def test_reco_variants_never_imports_reco_mini():
 
 
 def test_reco_mini_stays_within_its_reading_budget():
-    """Issue 35: reco_mini.py reads in one sitting, at most 500 lines and none over 100 characters."""
+    """Issues 35 and 43: reco_mini.py reads in one sitting, at most 560 lines and none over 100 characters."""
     lines = (ROOT / "reco_mini.py").read_text().splitlines()
-    assert len(lines) <= 500, f"reco_mini.py has {len(lines)} lines (budget 500)"
+    assert len(lines) <= 560, f"reco_mini.py has {len(lines)} lines (budget 560)"
     long = [i + 1 for i, line in enumerate(lines) if len(line) > 100]
     assert not long, f"reco_mini.py lines over 100 characters: {long}"

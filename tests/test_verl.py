@@ -605,6 +605,7 @@ if verl is not None:
         ({"actor_rollout_ref__actor__strategy": "megatron"}, "actor_rollout_ref.actor.strategy"),
         ({"reco__occurrence": "bogus"}, "reco.occurrence"),
         ({"reco__occurrence": "canonical"}, "reco.occurrence"),
+        ({"reco__token_ratio": "simko"}, "reco.token_ratio"),
         ({"reco__variance_cap": -1.0}, "reco.variance_cap"),
         ({"reco__method": "ppo"}, "reco.method"),
         ({"reco__gamma": 1.0}, "reco.gamma"),

@@ -161,6 +161,8 @@ def refused_settings(args: GRPOConfig) -> list[str]:
                                                             "KL term is the plain k3; set use_bias_correction_kl=False"),
         (getattr(args, "occurrence", "") != "canonical", "occurrence='canonical': its canonical keys come from "
                                                           "reco_mini's tasks only (reco_countdown.response_key); use count"),
+        (getattr(args, "token_ratio", "") != "simko", "token_ratio='simko': it reads the policy's logits, which only "
+                                                       "reco_mini's own loop keeps"),
         (args.top_entropy_quantile == 1.0, "top_entropy_quantile < 1"),
         (args.entropy_coef == 0 and not args.use_adaptive_entropy, "an entropy bonus (entropy_coef, use_adaptive_entropy)"),
         (not (args.use_vllm and args.vllm_importance_sampling_correction

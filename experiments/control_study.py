@@ -1,0 +1,574 @@
+"""experiments/control_study.py: can this CPU regime show a coverage gain for any method? The positive control (issue 42;
+pre-registration in docs/control_study.md, written before any run).
+
+Countdown, reco_mini's default task (TASK_RULE chose it: GRPO's collapse on validation is largest there), on a committed
+SFT base (results/control_study_base.pt), eight arms (ARMS: GRPO, F-GRPO, four peers with published coverage gains, ReCo,
+ReCo with positive-only weights), each one registered function and a flag of reco_mini. Phases:
+
+  base     the base's evaluation on the validation and test splits (the stall rule's reference)
+  select   per arm, lr in LRS x SELECT_SEEDS on the validation split; SELECTION_RULE picks each arm's lr
+  confirm  each arm at its selected lr and at grpo's selected lr on CONFIRM_SEEDS, test split; every contrast arm - grpo as
+           one Holm family (FAMILY_RULE), a TOST at +-EQUIVALENCE_MARGIN, stalls (fork_study.STALL_RULE) per arm
+  where    grpo and zero-success at grpo's lr on WHERE_SEEDS: Pass@k at WHERE_STEPS on the validation split and on the
+           problems of the first step's batch: when the collapse happens, and whether it reaches problems never trained on
+
+Every run evaluates its policy at EVAL_STEPS (WHERE_STEPS in the where phase) through reco_mini's per-step hook, so the
+early steps, where GRPO loses most of its Pass@256, are on every trajectory. Runs write <out>/base-<sha12>/.../result.json
+atomically and the summary writes every finished run to results/control_study_runs.jsonl.gz, which the next start
+restores: the study stops and resumes across sessions (experiments/long_study.py's pool and archive).
+
+  python experiments/control_study.py --timing          # 5 RL steps per arm and an evaluation: the budget's inputs
+  nohup python experiments/control_study.py --jobs 2 > runs/control_study.log 2>&1 &   # start or resume
+  python experiments/control_study.py --status          # runs done / planned and the projected hours, runs nothing
+  python experiments/control_study.py --aggregate-only --write-docs docs/results.md
+  python experiments/control_study.py --quick           # smoke test: tiny model and budget
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+import fork_study as fs  # noqa: E402  (its stall rule, Fisher test, selection with stalls, frontier band)
+import long_study as ls  # noqa: E402
+from analysis import divergence, finite_or_none, holm, read_jsonl, summarize  # noqa: E402
+from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  # noqa: E402
+
+import reco_mini as rm  # noqa: E402
+from reco_countdown import SFT_FORM_PRIOR  # noqa: E402
+
+ARMS = {  # arm -> (reco_mini method, extra flags): each a registered function and a flag value, never a copy
+    "grpo": ("grpo", []),
+    "f-grpo": ("f-grpo", []),  # advantages x (1 - group success rate)^1 (arXiv 2602.06717)
+    "pass-at-k": ("grpo", ["--advantage", "pass-at-k", "--pass-k", "4"]),  # arXiv 2508.10751, Eqs. 11-15
+    "zero-success": ("grpo", ["--prompt-gate", "zero-success"]),  # in the spirit of arXiv 2606.15455
+    "ucpo": ("grpo", ["--response-weight", "ucpo"]),  # arXiv 2605.00365, the authors' estimator, tau 0.2
+    "simko": ("grpo", ["--token-ratio", "simko"]),  # arXiv 2510.14807, K 3, alpha 0.01, lambda 1.1, quantile 0.8
+    "reco": ("reco", []),
+    "reco-positive": ("reco", ["--occurrence-apply", "positive"]),  # the frontier study's one positive estimate
+}
+REFERENCE, RECO_ARMS, WHERE_ARMS = "grpo", ("reco", "reco-positive"), ("grpo", "zero-success")
+TASK_FLAGS: list[str] = []  # reco_mini's default task: Countdown, its default model and SFT
+LRS, SELECT_SEEDS, CONFIRM_SEEDS, WHERE_SEEDS = (2.5e-5, 5e-5, 1e-4, 2e-4, 4e-4), (40, 41), tuple(range(500, 508)), (60, 61, 62)
+STEPS, N_EVAL, K = 120, 256, "256"
+EVAL_STEPS = (5, 10, 20, 40, 60, 80, 100, 120)
+WHERE_STEPS = (0, 1, 2, 3, 4, 6, 8, 10, 15, 20, 30, 40, 60, 80, 100, 120)
+EVAL_SEED_BASE, ALPHA, BUDGET_HOURS = ls.EVAL_SEED_BASE, 0.05, 20.0
+TASK_RULE = ("Of the CPU tasks with a committed GRPO run on the validation split (countdown: the frontier study's long phase, "
+             "grpo at its selected lr 1e-4, seeds 300-302; countdown-long: the fork study's selection runs of grpo at its "
+             "selected lr 5e-5, seeds 20-21), choose the one with the largest collapse: the base's validation Pass@n minus "
+             "grpo's at step 120, averaged over seeds, n the largest k both evaluated (256 and 128).")
+SELECTION_RULE = fs.SELECTION_RULE.replace(str(list(fs.LRS)), str(list(LRS))).replace(
+    f"the lowest lr, {min(fs.LRS)}", f"the lowest lr, {min(LRS)}").replace(f"Pass@{fs.K}", f"Pass@{K}")
+FAMILY_RULE = (f"Every arm but grpo is compared with grpo at grpo's selected lr twice: at the arm's own selected lr and at "
+               f"grpo's (one contrast when the two are equal). All these contrasts form one family: a one-sided paired "
+               f"t-test over the confirmation seeds on the primary statistic (H: > 0), Holm at alpha {ALPHA}, and a TOST "
+               f"at +-{EQUIVALENCE_MARGIN}. An arm is a positive control if one of its contrasts is confirmed.")
+PRIMARY = f"the mean Pass@{K} gap over the Pass@1 range both runs' measured checkpoints cover (experiments/protocol.py)"
+QUICK = dict(flags=["--quick", "--sft-steps", "30", "--sft-batch", "32", "--n-test", "8", "--prompts-per-step", "4",
+                    "--hidden", "32", "--layers", "1"], steps=3, lrs=(2e-4, 4e-4), select=(40,), confirm=(500, 501),
+             where=(60,), k="8", n_eval=8, eval_steps=(1, 3), where_steps=(0, 1, 2, 3), base_sha256=None)
+ARCHIVE_WHAT = "finished runs of experiments/control_study.py (raw results; restored by its next start)"
+KEEP = ("step", "pass_at_k", "counts", "mean_accuracy", "distinct_correct")
+LOGGED = ["reward_mean", "pass_rate", "adv_abs_mean", "w_min", "w_max", "entropy", "kl_base", "grad_norm",
+          "clip_frac_high", "clip_frac_low"]
+BEGIN, END = "<!-- control-study:begin -->", "<!-- control-study:end -->"
+
+
+# =============================================================================
+# Specs and runs
+# =============================================================================
+
+def tag(plan: dict) -> dict:
+    return {"base": plan["base_sha256"][:12]}
+
+
+def base_specs(plan: dict) -> list[dict]:
+    return [{"phase": "base", "arm": "base", "split": split, "seed": 0} | tag(plan) for split in ("val", "test")]
+
+
+def select_specs(plan: dict) -> list[dict]:
+    return [{"phase": "select", "arm": a, "lr": lr, "seed": s, "split": "val"} | tag(plan)
+            for a in plan["arms"] for lr in plan["lrs"] for s in plan["select"]]
+
+
+def confirm_specs(plan: dict, choices: dict) -> list[dict]:
+    """Each arm at its selected lr and at grpo's (one run per distinct lr), grpo first."""
+    lrs = {a: sorted({choices[a], choices[REFERENCE]}) for a in plan["arms"]}
+    return [{"phase": "confirm", "arm": a, "lr": lr, "seed": s, "split": "test"} | tag(plan)
+            for a in plan["arms"] for lr in lrs[a] for s in plan["confirm"]]
+
+
+def where_specs(plan: dict, choices: dict) -> list[dict]:
+    return [{"phase": "where", "arm": a, "lr": choices[REFERENCE], "seed": s, "split": "val"} | tag(plan)
+            for a in WHERE_ARMS for s in plan["where"]]
+
+
+def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
+    """Train one spec with reco_mini.train_rl, evaluating through its per-step hook at the plan's steps (the hook runs
+    before a step's updates: at call s the policy has had s updates), or evaluate the base. The where phase also
+    evaluates the problems of the first step's batch ("trained"). Writes result.json atomically and returns it."""
+    path = ls.run_dir(Path(plan["out"]), spec)
+    if (path / "result.json").exists():
+        return json.loads((path / "result.json").read_text())
+    path.mkdir(parents=True, exist_ok=True)
+    start, stopped, log, base, tokenizer, splits = time.time(), None, [], ctx["base"], ctx["tokenizer"], ctx["splits"]
+    common = [*TASK_FLAGS, *plan["flags"], "--n-eval", str(plan["n_eval"]), "--eval-seed", str(EVAL_SEED_BASE + spec["seed"])]
+    if spec["arm"] == "base":
+        cfg = rm.parse_config([*common, "--seed", "0", "--methods", ""])
+        trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], "base")}]
+    else:
+        method, extra = ARMS[spec["arm"]]
+        cfg = rm.parse_config([*common, *extra, "--method", method, "--seed", str(spec["seed"]), "--lr", str(spec["lr"]),
+                               "--steps", str(plan["steps"]), "--out", str(path)])
+        torch.manual_seed(spec["seed"])
+        model = copy.deepcopy(base).requires_grad_(True)
+        where = spec["phase"] == "where"
+        at = set(plan["where_steps"] if where else plan["eval_steps"])
+        sets, trajectory, calls = {"val" if where else spec["split"]: splits[spec["split"]]}, [], [0]
+
+        def evaluate(step: int) -> None:
+            for name, problems in sets.items():
+                row = rm.evaluate(cfg, model, tokenizer, problems, f"{name} step {step}")
+                trajectory.append({"step": step, **({"set": name} if where else {}), **{k: row[k] for k in KEEP if k in row}})
+
+        def on_step(step: rm.Step) -> dict:
+            if where and calls[0] == 0:
+                sets["trained"] = list(step.problems)  # the first batch: trained on from step 1
+            if calls[0] in at:
+                evaluate(calls[0])
+            calls[0] += 1
+            return {}
+        try:
+            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, on_step=on_step)
+            if plan["steps"] in at:
+                evaluate(plan["steps"])
+        except SystemExit as exc:  # reco_mini stops before a non-finite gradient reaches the weights
+            stopped = str(exc.code)
+        log = read_jsonl(path / "log.jsonl")
+    result = {"spec": spec, "stopped": stopped, "trajectory": trajectory,
+              "logged": {name: [row.get(name) for row in log] for name in LOGGED},
+              "divergence": divergence(log, stopped, ls.KL_LIMIT) if log else None,
+              "wall_time_s": round(time.time() - start, 1), "torch_threads": torch.get_num_threads()}
+    return ls.save_result(path, finite_or_none(result))
+
+
+def _run(spec: dict, plan: dict) -> dict:
+    return run_one(spec, plan, ls._CTX)
+
+
+def load_one(spec: dict, plan: dict) -> dict | None:
+    results = ls.load_results([spec], plan)
+    return results[0] if results else None
+
+
+# =============================================================================
+# Task choice, statistics, summary
+# =============================================================================
+
+def task_choice() -> dict:
+    """TASK_RULE on the committed studies: GRPO's collapse on validation per task, measured before this study's runs."""
+    import gzip
+    frontier = json.loads((ROOT / "results" / "frontier_study.json").read_text())["long"]["methods"]["grpo"]
+    before, after = frontier["pass_at_256_by_step"]["0"]["values"], frontier["pass_at_256_by_step"]["120"]["values"]
+    with gzip.open(ROOT / "results" / "fork_study_runs.jsonl.gz", "rt") as f:
+        f.readline()
+        runs = [json.loads(line) for line in f]
+    base = next(r for r in runs if r["spec"]["arm"] == "base" and r["spec"]["split"] == "val")["trajectory"][0]
+    grpo = [r["trajectory"][-1] for r in runs if r["spec"]["phase"] == "select" and r["spec"]["arm"] == "grpo"
+            and r["spec"]["lr"] == 5e-5]
+    tasks = {"countdown": {"k": 256, "base": sum(before) / len(before), "grpo_step_120": sum(after) / len(after),
+                           "source": "results/frontier_study.json, long phase (grpo, lr 1e-4, seeds 300-302)"},
+             "countdown-long": {"k": 128, "base": base["pass_at_k"]["128"],
+                                "grpo_step_120": sum(t["pass_at_k"]["128"] for t in grpo) / len(grpo),
+                                "source": "results/fork_study_runs.jsonl.gz, selection (grpo, lr 5e-5, seeds 20-21)"}}
+    for t in tasks.values():
+        t["collapse"] = t["base"] - t["grpo_step_120"]
+    return {"rule": TASK_RULE, "tasks": tasks, "chosen": max(tasks, key=lambda name: tasks[name]["collapse"])}
+
+
+def planning_sd() -> float:
+    """The largest per-seed sd of the primary statistic among the frontier re-analysis' contrasts (Countdown, 10 seeds)."""
+    comparisons = json.loads((ROOT / "results" / "frontier_reanalysis.json").read_text())["comparisons"]
+    return max(summarize([v for v in c["primary"]["per_seed"].values() if v is not None])["std"] for c in comparisons.values())
+
+
+def contrasts(plan: dict, choices: dict) -> list[dict]:
+    """The family (FAMILY_RULE): (arm, lr) against grpo at its lr, one per distinct lr of each arm."""
+    out = []
+    for a in plan["arms"]:
+        if a == REFERENCE:
+            continue
+        for lr in sorted({choices[a], choices[REFERENCE]}):
+            which = ("its lr = grpo's" if choices[a] == choices[REFERENCE] else
+                     "its selected lr" if lr == choices[a] else "grpo's lr")
+            out.append({"name": f"{a} @ {which}", "arm": a, "lr": lr, "reference": REFERENCE, "reference_lr": choices[REFERENCE]})
+    return out
+
+
+def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
+    base = {s["split"]: r["trajectory"][0] for s in base_specs(plan) if (r := load_one(s, plan))}
+    base_val = base["val"]["pass_at_k"]["1"] if "val" in base else None
+    base_test = base["test"]["pass_at_k"]["1"] if "test" in base else None
+    sel_results = ls.load_results(select_specs(plan), plan)
+    sel = fs.selection(sel_results, plan, base_val, plan["arms"]) | {"rule": SELECTION_RULE}
+    choices = sel["choices"]
+    ready = len(choices) == len(plan["arms"])
+    confirm = ls.load_results(confirm_specs(plan, choices), plan) if ready else []
+    where = ls.load_results(where_specs(plan, choices), plan) if ready else []
+    planned = len(confirm_specs(plan, choices)) if ready else None
+    complete = {"base": len(base) == 2, "select": ready, "confirm": ready and len(confirm) == planned,
+                "where": ready and len(where) == len(where_specs(plan, choices))}
+    curves, runs_of, stalls = {}, {}, {}
+    for r in confirm:
+        key = fs.key(r["spec"]["arm"], r["spec"]["lr"])
+        curves.setdefault(key, {})[r["spec"]["seed"]] = measured_curve(r["trajectory"], plan["k"])
+        runs_of.setdefault(key, []).append(r)
+        stalls.setdefault(key, {})[r["spec"]["seed"]] = base_test is not None and fs.stalled(
+            r["trajectory"], base_test, plan["stall_after"], r["stopped"])
+    ref = fs.key(REFERENCE, choices[REFERENCE]) if ready else None
+    family = contrasts(plan, choices) if ready else []
+    for row in family:
+        a = fs.key(row["arm"], row["lr"])
+        if a in curves and ref in curves:
+            c = compare(curves[a], curves[ref])
+            row |= {k: c["primary"][k] for k in ("per_seed", "n", "mean", "ci_low", "ci_high", "p_greater", "p_tost")}
+            row["final"] = c["final"]
+    for row, adjusted in zip(family, holm([r.get("p_greater") for r in family])):
+        row["p_holm"] = adjusted
+        row["confirmed"] = adjusted is not None and adjusted < ALPHA
+        row["equivalent"] = row.get("p_tost") is not None and row["p_tost"] < ALPHA
+    controls = sorted({r["arm"] for r in family if r.get("confirmed")})
+    versus = {}  # secondary: each ReCo arm against each positive control, both at grpo's lr and at their own
+    for control in controls:
+        for a in RECO_ARMS:
+            for lr_a, lr_c in {(choices[REFERENCE], choices[REFERENCE]), (choices[a], choices[control])}:
+                x, y = fs.key(a, lr_a), fs.key(control, lr_c)
+                if x in curves and y in curves:
+                    versus[f"{x} - {y}"] = compare(curves[x], curves[y])["primary"]
+    per_arm = {}
+    for key, runs in sorted(runs_of.items()):
+        finals = [r["trajectory"][-1]["pass_at_k"] for r in runs if r["trajectory"]]
+        per_arm[key] = {"arm": runs[0]["spec"]["arm"], "lr": runs[0]["spec"]["lr"], "seeds": sorted(stalls[key]),
+                        "stalled": sum(stalls[key].values()), "stopped": sum(bool(r["stopped"]) for r in runs),
+                        "final_pass_at_1": summarize([f["1"] for f in finals]),
+                        f"final_pass_at_{plan['k']}": summarize([f[plan["k"]] for f in finals]),
+                        "trajectory": [r["trajectory"] for r in sorted(runs, key=lambda r: r["spec"]["seed"])],
+                        "wall_time_s": [r["wall_time_s"] for r in runs]}
+    if ref in per_arm:
+        g = per_arm[ref]
+        for key, v in per_arm.items():
+            if key != ref:
+                v["fisher_p_vs_grpo"] = fs.fisher_exact(v["stalled"], len(v["seeds"]) - v["stalled"], g["stalled"],
+                                                        len(g["seeds"]) - g["stalled"])
+    runs_all = [r for s in base_specs(plan) if (r := load_one(s, plan))] + sel_results + confirm + where
+    runs_planned = 2 + len(select_specs(plan)) + (planned or 0) + (len(where_specs(plan, choices)) if ready else 0)
+    sd = planning_sd() if not plan.get("quick") else 0.0
+    return finite_or_none({
+        "partial": not all(complete.values()), "complete": complete,
+        "design": {"task": task_choice() if not plan.get("quick") else None, "arms": ARMS, "arms_run": plan["arms"],
+                   "reference": REFERENCE, "task_flags": TASK_FLAGS, "flags": plan["flags"], "base_sha256": plan["base_sha256"],
+                   "lrs": list(plan["lrs"]), "select_seeds": list(plan["select"]), "confirm_seeds": list(plan["confirm"]),
+                   "where_seeds": list(plan["where"]), "steps": plan["steps"], "eval_steps": list(plan["eval_steps"]),
+                   "where_steps": list(plan["where_steps"]), "n_eval": plan["n_eval"], "k": int(plan["k"]),
+                   "primary": PRIMARY, "eval_seed": f"{EVAL_SEED_BASE} + RL seed", "alpha": ALPHA,
+                   "equivalence_margin": EQUIVALENCE_MARGIN, "stall_rule": fs.STALL_RULE, "family_rule": FAMILY_RULE,
+                   "mde_planning_sd": sd,
+                   "mde": ls.minimum_detectable_effect(len(plan["confirm"]), sd, ALPHA / 14) if sd else None},
+        "base": base, "selection": sel, "family": family, "positive_controls": controls, "reco_vs_controls": versus,
+        "arms": per_arm, "where": where_summary(where, plan["k"]),
+        "compute": {"runs": len(runs_all), "runs_planned": runs_planned,
+                    "run_time_s": round(sum(r["wall_time_s"] for r in runs_all), 1), "this_invocation_wall_s": round(wall_s, 1),
+                    "budget_hours": BUDGET_HOURS, "timing": timing,
+                    "projected_run_hours": ((timing or {}).get("budget") or {}).get("projected_run_hours")},
+    })
+
+
+def where_summary(runs: list[dict], k: str) -> dict:
+    """Per where-arm and set, mean Pass@1 and Pass@k over seeds at each step; the step by which the validation Pass@k had
+    lost half of its loss at the last step; the trained set's loss beside the held-out one's."""
+    out = {}
+    for a in WHERE_ARMS:
+        mine = [r for r in runs if r["spec"]["arm"] == a]
+        if not mine:
+            continue
+        table = {}
+        for name in ("val", "trained"):
+            rows = {}
+            for r in mine:
+                for row in r["trajectory"]:
+                    if row.get("set") == name:
+                        rows.setdefault(row["step"], []).append((row["pass_at_k"]["1"], row["pass_at_k"][k]))
+            table[name] = {str(s): {"pass_at_1": sum(x for x, _ in v) / len(v), f"pass_at_{k}": sum(y for _, y in v) / len(v),
+                                    "seeds": len(v)} for s, v in sorted(rows.items())}
+        val = table["val"]
+        steps = sorted(int(s) for s in val)
+        half = None
+        if steps and steps[0] == 0:
+            drop = val[str(steps[0])][f"pass_at_{k}"] - val[str(steps[-1])][f"pass_at_{k}"]
+            half = next((s for s in steps if drop > 0 and val[str(steps[0])][f"pass_at_{k}"] - val[str(s)][f"pass_at_{k}"]
+                         >= drop / 2), None)
+        loss = {name: (t[str(min(map(int, t)))][f"pass_at_{k}"] - t[str(max(map(int, t)))][f"pass_at_{k}"]) if t else None
+                for name, t in table.items()}
+        out[a] = {"by_step": table, "half_of_val_loss_by_step": half, "loss_first_to_last": loss, "seeds": len(mine)}
+    return out
+
+
+# =============================================================================
+# Budget, status, plot, block
+# =============================================================================
+
+def run_seconds(timing: dict, spec: dict, plan: dict) -> float:
+    evaluation = timing[f"s_per_eval_n{plan['n_eval']}"]
+    if spec["arm"] == "base":
+        return evaluation
+    steps = plan["where_steps"] if spec["phase"] == "where" else plan["eval_steps"]
+    evals = len(steps) * (1.5 if spec["phase"] == "where" else 1.0)  # the where phase adds half a split (32 problems)
+    return plan["steps"] * timing["arms"][spec["arm"]]["s_per_step"] + evals * evaluation
+
+
+def projected_hours(timing: dict, plan: dict, choices: dict | None = None) -> float:
+    """Summed run hours of the plan: the base, the selection, and the confirmation and where phases, with every arm's
+    selected lr assumed different from grpo's unless `choices` says otherwise (the largest plan)."""
+    guess = choices or {a: (0.0 if a == REFERENCE else 1.0) for a in plan["arms"]}
+    specs = base_specs(plan) + select_specs(plan) + confirm_specs(plan, guess) + where_specs(plan, guess)
+    return sum(run_seconds(timing, s, plan) for s in specs) / 3600
+
+
+def timing_run(plan: dict) -> dict:
+    """5 RL steps of each arm at grpo's default lr and one evaluation at n = N_EVAL, on this machine."""
+    ctx = ls.load_context(plan["flags"], task_flags=TASK_FLAGS)
+    out, arms = Path(plan["out"]) / "timing", {}
+    for a in [plan["arms"][0], *plan["arms"]]:  # the first arm twice: its first run pays the start-up
+        method, extra = ARMS[a]
+        cfg = rm.parse_config([*TASK_FLAGS, *plan["flags"], *extra, "--method", method, "--steps", "5", "--out", str(out)])
+        (out / a).mkdir(parents=True, exist_ok=True)
+        model = copy.deepcopy(ctx["base"]).requires_grad_(True)
+        start = time.time()
+        rm.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], out / a)
+        arms[a] = {"s_per_step": (time.time() - start) / 5}
+    cfg = rm.parse_config([*TASK_FLAGS, *plan["flags"], "--n-eval", str(plan["n_eval"])])
+    start = time.time()
+    rm.evaluate(cfg, ctx["base"], ctx["tokenizer"], ctx["splits"]["val"], "timing")
+    timing = {"arms": arms, f"s_per_eval_n{plan['n_eval']}": time.time() - start, "torch_threads": torch.get_num_threads(),
+              "task_flags": TASK_FLAGS}
+    hours = projected_hours(timing, plan)
+    return timing | {"budget": {"projected_run_hours": hours, "budget_hours": BUDGET_HOURS,
+                                "within_budget": hours <= BUDGET_HOURS, "projected_wall_hours_at_jobs_2": hours / 2}}
+
+
+def status(plan: dict, timing: dict | None) -> dict:
+    base = {s["split"]: r for s in base_specs(plan) if (r := load_one(s, plan))}
+    base_val = base["val"]["trajectory"][0]["pass_at_k"]["1"] if "val" in base else None
+    choices = fs.selection(ls.load_results(select_specs(plan), plan), plan, base_val, plan["arms"])["choices"]
+    guess = {a: choices.get(a, 0.0 if a == REFERENCE else 1.0) for a in plan["arms"]}  # unknown yet: the largest plan
+    out, left_s = {}, 0.0
+    for name, specs in (("base", base_specs(plan)), ("select", select_specs(plan)), ("confirm", confirm_specs(plan, guess)),
+                        ("where", where_specs(plan, guess))):
+        todo = [s for s in specs if not (ls.run_dir(Path(plan["out"]), s) / "result.json").exists()]
+        out[name] = {"done": len(specs) - len(todo), "planned": len(specs)}
+        left_s += sum(run_seconds(timing, s, plan) for s in todo) if timing else 0.0
+    out["projected_run_hours_left"] = left_s / 3600 if timing else None
+    return out
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = summary["design"]["k"]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5))
+    for i, (key, v) in enumerate(summary["arms"].items()):
+        xs, mean, lo, hi = fs.frontier_band([measured_curve(t, str(k)) for t in v["trajectory"]])
+        selected = v["lr"] == summary["selection"]["choices"].get(v["arm"])
+        ax.plot(xs, mean, color=f"C{i % 10}", ls="-" if selected else "--", label=f"{key} ({len(v['seeds'])} seeds)")
+        ax.fill_between(xs, lo, hi, color=f"C{i % 10}", alpha=0.1)
+    if summary["base"].get("test"):
+        b = summary["base"]["test"]["pass_at_k"]
+        ax.plot([b["1"]], [b[str(k)]], "k*", ms=10, label="base")
+    ax.set(xlabel="Pass@1 (test)", ylabel=f"Pass@{k} (test)", title="Mean frontier per arm and lr (band: 95% CI)")
+    ax.legend(fontsize=6)
+    for i, (a, w) in enumerate(summary["where"].items()):
+        for name, style in (("val", "-"), ("trained", ":")):
+            t = w["by_step"][name]
+            bx.plot([int(s) for s in t], [x[f"pass_at_{k}"] for x in t.values()], style, color=f"C{i}", marker="o", ms=3,
+                    label=f"{a}: {'held out (validation)' if name == 'val' else 'first batch (trained on)'}")
+    bx.set(xscale="symlog", xlabel="RL step", ylabel=f"Pass@{k}", title="Where the coverage goes: the first steps")
+    if summary["where"]:
+        bx.legend(fontsize=7)
+    else:
+        bx.text(0.5, 0.5, "no where-phase run yet", ha="center", transform=bx.transAxes)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def claims(summary: dict) -> list[str]:
+    """The answer to the primary question, by rule, then each contrast's reading."""
+    if summary["partial"] or not summary["family"]:
+        return ["The study is partial: no answer is drawn from it yet."]
+    controls = summary["positive_controls"]
+    if controls:
+        out = [f"**Positive control found:** {', '.join(controls)} beat grpo's frontier (Holm p < {ALPHA}); ReCo against "
+               "it is in the secondary comparison below."]
+    else:
+        out = ["**No positive control:** no tested method, peers with published coverage gains included, beat grpo's "
+               f"Pass@{summary['design']['k']} frontier in this CPU regime, so its ReCo nulls say little about the "
+               "paper's claim at scale."]
+    for row in summary["family"]:
+        if row.get("mean") is None:
+            out.append(f"{row['name']}: not estimable (no paired seeds).")
+            continue
+        reading = ("confirmed (Holm p < 0.05)" if row["confirmed"] else
+                   f"equivalent to zero within ±{EQUIVALENCE_MARGIN} (TOST)" if row["equivalent"] else
+                   "worse than grpo: its 95% CI lies below zero" if (row["ci_high"] or 0) < 0 else
+                   "a null, not evidence of no effect")
+        out.append(f"{row['name']} (lr {row['lr']:g}) − grpo (lr {row['reference_lr']:g}) = {fs._interval(row)} over "
+                   f"{row['n']} seeds; {reading}.")
+    return out
+
+
+def render_block(summary: dict, results_path: str, png: str) -> str:
+    d, c, k = summary["design"], summary["compute"], summary["design"]["k"]
+    out = [f"_Generated from `{results_path}` by `python experiments/control_study.py --aggregate-only --write-docs "
+           "<this file>`; rerun it rather than editing._"]
+    if summary["partial"]:
+        done = ", ".join(p for p, ok in summary["complete"].items() if ok) or "none"
+        out.append(f"\n**PARTIAL: the study has not finished.** Phases complete: {done}. Finished runs: {c['runs']} of "
+                   f"{c['runs_planned'] or '?'}; no finding is drawn from it until it finishes.")
+    task = d["task"]
+    if task:
+        why = "; ".join(f"{n}: Pass@{t['k']} {t['base']:.3f} → {t['grpo_step_120']:.3f} (collapse {t['collapse']:.3f})"
+                        for n, t in task["tasks"].items())
+        out.append(f"\nTask: {task['chosen']}, where GRPO's collapse on validation is largest ({why}).")
+    out.append(f"\nRL {d['steps']} steps, evaluated at steps {d['eval_steps']}, n = {d['n_eval']}, primary k = {k}; "
+               f"lr grid {d['lrs']}; confirmation seeds {d['confirm_seeds']} on the test split.")
+    if summary["base"].get("test"):
+        b = summary["base"]["test"]["pass_at_k"]
+        out.append(f"The base before RL, test split: Pass@1 {b['1']:.3f}, Pass@{k} {b[str(k)]:.3f}.")
+    if summary["selection"]["choices"]:
+        out.append("\nSelected lr: " + ", ".join(f"{a} {lr:g}" for a, lr in summary["selection"]["choices"].items()) + ".")
+    if summary["arms"]:
+        out.append(f"\n![Frontiers and the first steps]({png})")
+    out.append("\n**Answer and family** (declared before the runs; Holm over every contrast; TOST ±0.02):\n")
+    out += [f"- {line}" for line in claims(summary)]
+    if summary["reco_vs_controls"]:
+        out.append("\nSecondary, ReCo against each positive control (primary statistic, unadjusted):\n")
+        out += [f"- {name}: {fs._interval(s)} over {s['n']} seeds" for name, s in summary["reco_vs_controls"].items()]
+    if summary["arms"]:
+        out.append(f"\n| arm @ lr | runs | stalled | stopped | Fisher p vs grpo | final Pass@1 | final Pass@{k} |")
+        out.append("|---|---|---|---|---|---|---|")
+        for key, v in summary["arms"].items():
+            fisher = "–" if v.get("fisher_p_vs_grpo") is None else f"{v['fisher_p_vs_grpo']:.3g}"
+            out.append(f"| {key} | {len(v['seeds'])} | {v['stalled']} | {v['stopped']} | {fisher} | "
+                       f"{v['final_pass_at_1']['mean']:.3f} | {v[f'final_pass_at_{k}']['mean']:.3f} |")
+    for a, w in summary["where"].items():
+        val, trained = w["by_step"]["val"], w["by_step"]["trained"]
+        line = ", ".join(f"{s}: {x[f'pass_at_{k}']:.3f}" for s, x in val.items())
+        out.append(f"\n**Where ({a}, {w['seeds']} seeds):** validation Pass@{k} by step {line}. Half of its loss by step "
+                   f"{w['half_of_val_loss_by_step']}. Loss from the first to the last step: held out "
+                   f"{w['loss_first_to_last']['val']:.3f}, first batch (trained on) "
+                   + (f"{w['loss_first_to_last']['trained']:.3f}." if trained else "–."))
+    hours, projected = c["run_time_s"] / 3600, c.get("projected_run_hours")
+    out.append(f"\nCompute: {c['runs']} of {c['runs_planned'] or '?'} runs, {hours:.2f} h summed over the runs' own wall "
+               f"times, against a budget of {c['budget_hours']:g} h" + (f" (projected {projected:.2f} h before the runs)"
+                                                                          if projected else "") + ".")
+    return "\n".join(out)
+
+
+# =============================================================================
+# main
+# =============================================================================
+
+def make_plan(args: argparse.Namespace) -> dict:
+    plan = {"out": args.out, "flags": [], "steps": STEPS, "lrs": LRS, "select": SELECT_SEEDS, "confirm": CONFIRM_SEEDS,
+            "where": WHERE_SEEDS, "arms": list(ARMS), "k": K, "n_eval": N_EVAL, "eval_steps": EVAL_STEPS,
+            "where_steps": WHERE_STEPS, "stall_after": fs.STALL_AFTER, "base_sha256": None, "task_flags": TASK_FLAGS,
+            "sft_form_prior": SFT_FORM_PRIOR, "quick": False}
+    return plan | (QUICK | {"quick": True, "stall_after": 1} if args.quick else {})
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--phases", default="base,select,confirm,where", help="comma-separated phases to run")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (worker processes)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    parser.add_argument("--out", default="", help="run directory (default runs/control, runs/control_quick)")
+    parser.add_argument("--results", default="", help="summary JSON (default results/control_study.json; with --quick, "
+                                                       "<out>/control_study.json)")
+    parser.add_argument("--write-docs", default="", help="markdown file to fill between the control-study markers")
+    parser.add_argument("--aggregate-only", action="store_true", help="summarise the finished runs, run nothing")
+    parser.add_argument("--status", action="store_true", help="print runs done / planned and the projected hours")
+    parser.add_argument("--timing", action="store_true", help="measure 5 RL steps per arm and an evaluation, then stop")
+    parser.add_argument("--quick", action="store_true", help="smoke test: tiny model, budget and grid")
+    args = parser.parse_args(argv)
+    args.out = args.out or ("runs/control_quick" if args.quick else "runs/control")
+    results = Path(args.results or (f"{args.out}/control_study.json" if args.quick else "results/control_study.json"))
+    timing_path, archive = results.with_name(results.stem + "_timing.json"), results.with_name(results.stem + "_runs.jsonl.gz")
+    base_file = ROOT / "results" / "control_study_base.pt"
+    timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
+    plan, start = make_plan(args), time.time()
+    torch.set_num_threads(args.threads)
+    if not (args.aggregate_only or args.status):
+        model = ls.load_context(plan["flags"], None if args.quick else base_file, task_flags=TASK_FLAGS)["base"]
+        plan["base_sha256"] = ls.base_sha256(model)
+        if not args.quick and not base_file.exists():  # the first start: the base every later run and machine uses
+            torch.save(model.state_dict(), base_file.with_suffix(".tmp"))
+            base_file.with_suffix(".tmp").replace(base_file)
+    else:
+        plan["base_sha256"] = ls.archived_base(archive) or "0" * 64
+    if args.timing:
+        timing = timing_run(plan)
+        timing_path.parent.mkdir(parents=True, exist_ok=True)
+        timing_path.write_text(json.dumps(finite_or_none(timing), indent=1))
+        print(f"wrote {timing_path}: {timing['budget']['projected_run_hours']:.2f} h projected")
+        return timing
+    restored = ls.restore_archive(archive, plan, plan["base_sha256"])
+    if restored:
+        print(f"restored {restored} finished runs")
+    if args.status:
+        report = status(plan, timing)
+        print(json.dumps(report, indent=1))
+        return report
+    phases, ran = set(args.phases.split(",")), 0
+    if not args.aggregate_only:
+        if "base" in phases:
+            ran += ls.run_all(base_specs(plan), plan, args.jobs, args.threads, run=_run)
+        if "select" in phases:
+            ran += ls.run_all(select_specs(plan), plan, args.jobs, args.threads, run=_run)
+        base_val = load_one(base_specs(plan)[0], plan)
+        choices = fs.selection(ls.load_results(select_specs(plan), plan), plan,
+                               base_val["trajectory"][0]["pass_at_k"]["1"] if base_val else None, plan["arms"])["choices"]
+        if len(choices) == len(plan["arms"]) and base_val:
+            todo = (confirm_specs(plan, choices) if "confirm" in phases else []) + (
+                where_specs(plan, choices) if "where" in phases else [])
+            ran += ls.run_all(todo, plan, args.jobs, args.threads, run=_run)
+    summary = aggregate(plan, time.time() - start, timing)
+    summary["compute"]["runs_this_invocation"] = ran
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(summary, indent=1))
+    choices = summary["selection"]["choices"]
+    ready = len(choices) == len(plan["arms"])
+    specs = base_specs(plan) + select_specs(plan) + (confirm_specs(plan, choices) + where_specs(plan, choices) if ready else [])
+    ls.write_archive(archive, plan, specs, summary["partial"], plan["base_sha256"], what=ARCHIVE_WHAT)
+    png = results.with_suffix(".png")
+    if summary["arms"] or summary["where"]:
+        plot(summary, png)
+    if args.write_docs:
+        docs = Path(args.write_docs)
+        write_block(docs, render_block(summary, str(results), os.path.relpath(png, docs.parent)), BEGIN, END)
+    print(f"wrote {results}" + (" (partial)" if summary["partial"] else "") + f"; {ran} runs this invocation")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

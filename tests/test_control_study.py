@@ -1,0 +1,137 @@
+"""experiments/control_study.py, the positive-control study (issue 42): its plan, family and readings on worked
+inputs, the evaluation inside reco_mini's per-step hook leaving the training untouched, and the whole pipeline on a tiny
+model: it runs, resumes from its archive and renders its block."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+import control_study as cs  # noqa: E402
+
+import reco_mini as rm  # noqa: E402
+from reco_countdown import char_tokenizer, make_splits, tiny_model  # noqa: E402
+from reco_task import TASKS  # noqa: E402
+
+PLAN = {"arms": list(cs.ARMS), "confirm": (500, 501), "where": (60,), "base_sha256": "ab" * 32, "lrs": cs.LRS,
+        "select": (40, 41)}
+
+
+def test_each_arm_runs_at_its_lr_and_at_grpo_s():
+    choices = {a: 1e-4 for a in cs.ARMS} | {"ucpo": 5e-5, "simko": 2e-4}
+    specs = cs.confirm_specs(PLAN, choices)
+    runs = {(s["arm"], s["lr"]) for s in specs}
+    assert runs == {(a, 1e-4) for a in cs.ARMS} | {("ucpo", 5e-5), ("simko", 2e-4)}
+    assert len(specs) == len(runs) * 2 and all(s["split"] == "test" for s in specs)
+    family = cs.contrasts(PLAN, choices)
+    assert [r["name"] for r in family if r["arm"] == "ucpo"] == ["ucpo @ its selected lr", "ucpo @ grpo's lr"]
+    assert [r["name"] for r in family if r["arm"] == "reco"] == ["reco @ its lr = grpo's"]
+    assert len(family) == len(cs.ARMS) - 1 + 2 and all(r["reference_lr"] == 1e-4 for r in family)
+    assert {s["arm"] for s in cs.where_specs(PLAN, choices)} == set(cs.WHERE_ARMS)
+
+
+def _summary(means: dict, confirmed: set) -> dict:
+    family = [{"name": f"{a} @ its lr = grpo's", "arm": a, "lr": 1e-4, "reference_lr": 1e-4, "n": 8, "mean": m,
+               "ci_low": m - 0.05, "ci_high": m + 0.05, "confirmed": a in confirmed, "equivalent": False}
+              for a, m in means.items()]
+    return {"partial": False, "family": family, "positive_controls": sorted(confirmed), "design": {"k": 256}}
+
+
+def test_the_answer_reads_from_the_family():
+    none = cs.claims(_summary({"ucpo": 0.01, "simko": -0.08}, set()))
+    assert none[0].startswith("**No positive control:**") and "say little about the paper's claim" in none[0]
+    assert "CI lies below zero" in none[2] and "a null, not evidence of no effect" in none[1]
+    found = cs.claims(_summary({"ucpo": 0.09, "simko": -0.08}, {"ucpo"}))
+    assert found[0].startswith("**Positive control found:** ucpo") and "confirmed (Holm p < 0.05)" in found[1]
+    assert cs.claims({"partial": True, "family": []}) == ["The study is partial: no answer is drawn from it yet."]
+
+
+def test_where_summary_finds_the_half_loss_step_and_each_set_s_loss():
+    def run(seed, val, trained):
+        rows = [{"step": s, "set": "val", "pass_at_k": {"1": 0.1, "256": v}} for s, v in val.items()]
+        rows += [{"step": s, "set": "trained", "pass_at_k": {"1": 0.1, "256": v}} for s, v in trained.items()]
+        return {"spec": {"arm": "grpo", "seed": seed}, "trajectory": rows}
+    runs = [run(60, {0: 0.9, 1: 0.8, 4: 0.6, 120: 0.5}, {0: 1.0, 120: 0.6}),
+            run(61, {0: 0.9, 1: 0.8, 4: 0.7, 120: 0.5}, {0: 0.8, 120: 0.6})]
+    out = cs.where_summary(runs, "256")["grpo"]
+    assert out["by_step"]["val"]["4"]["pass_at_256"] == pytest.approx(0.65)
+    assert out["half_of_val_loss_by_step"] == 4  # 0.9 -> 0.5: half the loss (0.2) is reached at step 4
+    assert out["loss_first_to_last"] == pytest.approx({"val": 0.4, "trained": 0.3})
+
+
+def test_the_task_rule_chooses_the_larger_collapse_from_the_committed_studies():
+    choice = cs.task_choice()
+    assert choice["chosen"] == "countdown" and choice["rule"] == cs.TASK_RULE
+    for t in choice["tasks"].values():
+        assert 0 < t["grpo_step_120"] < t["base"] <= 1 and t["collapse"] == pytest.approx(t["base"] - t["grpo_step_120"])
+    assert str(list(cs.LRS)) in cs.SELECTION_RULE and f"Pass@{cs.K}" in cs.SELECTION_RULE
+
+
+@pytest.mark.slow
+def test_evaluating_inside_the_hook_leaves_the_training_untouched(tmp_path, monkeypatch):
+    """The study evaluates in reco_mini's per-step hook; the rows and weights must be those of a run without it."""
+    monkeypatch.setattr(TASKS["countdown"], "reward", lambda problem, text: float(len(text) % 3 == 0))
+    cfg = rm.parse_config(["--method", "grpo", "--steps", "3", "--prompts-per-step", "4", "--group-size", "4",
+                           "--n-train", "16", "--n-test", "4", "--n-eval", "4"])
+    tok = char_tokenizer(cfg.task)
+    splits = make_splits(cfg)
+    torch.manual_seed(0)
+    base = tiny_model(tok, 32, 2)
+    runs = {}
+    for name in ("plain", "evaluating"):
+        model = tiny_model(tok, 32, 2)
+        model.load_state_dict(base.state_dict())
+        (tmp_path / name).mkdir()
+        hook = (lambda step, m=model: rm.evaluate(cfg, m, tok, splits["val"], "hook") and {}) if name == "evaluating" else None
+        rm.train_rl(cfg, "grpo", model, None, tok, splits["train"], tmp_path / name, on_step=hook)
+        rows = [{k: v for k, v in json.loads(line).items() if not k.startswith("time_")}
+                for line in (tmp_path / name / "log.jsonl").read_text().splitlines()]
+        runs[name] = rows, model.state_dict()
+    assert runs["plain"][0] == runs["evaluating"][0]
+    assert all(torch.equal(a, b) for a, b in zip(runs["plain"][1].values(), runs["evaluating"][1].values()))
+
+
+@pytest.mark.slow
+def test_quick_study_end_to_end_resumes_and_renders(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the tiny base's cache, runs/cache, goes here
+    out, results = tmp_path / "runs", tmp_path / "q.json"
+    args = ["--quick", "--out", str(out), "--results", str(results)]
+    summary = cs.main(args)
+    assert not summary["partial"] and summary["compute"]["runs"] == summary["compute"]["runs_planned"]
+    assert summary["compute"]["runs_this_invocation"] == summary["compute"]["runs"]
+    choices = summary["selection"]["choices"]
+    assert set(choices) == set(cs.ARMS) and len(summary["family"]) >= len(cs.ARMS) - 1
+    run = json.loads(next(out.glob("base-*/confirm/simko/*/seed500/result.json")).read_text())
+    assert [row["step"] for row in run["trajectory"]] == list(cs.QUICK["eval_steps"])  # the hook's steps, then the last
+    where = json.loads(next(out.glob("base-*/where/grpo/*/seed60/result.json")).read_text())
+    assert {(row["step"], row["set"]) for row in where["trajectory"]} == {
+        (s, name) for s in cs.QUICK["where_steps"] for name in ("val", "trained")}
+    assert set(summary["where"]) == set(cs.WHERE_ARMS)
+    # resume: a lost run comes back from the archive; a fresh checkout restores every run
+    lost = next(out.glob("base-*/confirm/grpo/*/seed501/result.json"))
+    lost.unlink()
+    assert cs.main(args)["compute"]["runs_this_invocation"] == 0 and lost.exists()
+    shutil.rmtree(out / next(out.glob("base-*")).name)
+    assert cs.main(args)["compute"]["runs_this_invocation"] == 0
+    status = cs.main(args + ["--status"])
+    assert all(v["done"] == v["planned"] for k, v in status.items() if isinstance(v, dict))
+    block = cs.render_block(summary, "q.json", "q.png")
+    assert "Answer and family" in block and "PARTIAL" not in block and "Where (grpo" in block
+
+
+def test_the_committed_block_is_the_render_of_the_committed_summary():
+    summary_path = ROOT / "results" / "control_study.json"
+    text = (ROOT / "docs" / "results.md").read_text()
+    block = text.split(cs.BEGIN, 1)[1].split(cs.END, 1)[0].strip()
+    if not summary_path.exists():
+        assert block == "_Not run yet._"
+        return
+    summary = json.loads(summary_path.read_text())
+    assert block == cs.render_block(summary, "results/control_study.json", "../results/control_study.png").strip()
+    assert ("PARTIAL" in block) == summary["partial"]
