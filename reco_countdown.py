@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 import reco_io
+from reco_io import tqdm  # tqdm.auto's bar; in a log file, a line a minute at most
 
 FORMS = ["{a}*{b}+{c}", "{a}*{b}-{c}", "({a}+{b})*{c}", "({a}-{b})*{c}", "{a}+{b}+{c}"]
 SFT_FORM_PRIOR = [0.55, 0.25, 0.12, 0.055, 0.025]

@@ -179,10 +179,15 @@ def _problem(row: object, where: str, problem_key: Keys, answer_key: Keys, index
         if key is None:
             raise DataError(f"{where}: missing field {_describe(keys)} (its fields: {', '.join(map(str, row)) or 'none'})")
         value = _get(row, key)
-        text = _field_text(key, value, where)
+        first = [] if isinstance(keys, str) else list(keys)[: list(keys).index(key)]  # looked for before `key`
+        after = f" (looked for first: {', '.join(repr(k) for k in first)}; the row has none)" if first else ""
+        try:
+            text = _field_text(key, value, where)
+        except DataError as e:
+            raise DataError(f"{e}{after}") from None
         if text is None or not text.strip():
             got = "an empty string" if text is not None else f"{type(value).__name__} {str(value)[:40]}"
-            raise DataError(f"{where}: field '{key}' must be a non-empty string, number or list of them, got {got}")
+            raise DataError(f"{where}: field '{key}' must be a non-empty string, number or list of them, got {got}{after}")
         if "." not in key:  # a nested answer (reward_model.ground_truth) leaves the rest of its record in place
             out.pop(key)
         out[field] = text

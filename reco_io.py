@@ -10,13 +10,15 @@ too. Nothing here imports reco_mini: it is handed what it needs.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import random
+import re
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import NoReturn
 
@@ -24,8 +26,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+from tqdm.auto import tqdm as _tqdm_auto
 
-PROG = "reco_mini.py"
+CONSOLE_COMMANDS = ("reco-mini", "reco-train", "reco-eval")  # pyproject.toml's [project.scripts]
+
+
+def command_name(module: str, documented: str) -> str:
+    """The program's name as the user invoked it, for usage lines and errors: the console command `pip install .`
+    installed (reco-mini), `python -m MODULE` when run so, else the name it is documented under (reco_mini.py; also
+    when run from code: a test, a study)."""
+    invoked, orig = Path(sys.argv[0]).name if sys.argv else "", getattr(sys, "orig_argv", [])
+    if invoked in CONSOLE_COMMANDS:
+        return invoked
+    if module in orig[2:] and orig[orig.index(module, 2) - 1] == "-m":
+        return f"python -m {module}"
+    return documented
+
+
+PROG = command_name("reco_mini", "reco_mini.py")
 
 
 def opt(default, help: str):
@@ -39,33 +57,112 @@ class ConfigError(ValueError):  # a bad setting; the message names the flag
         self.name, self.message = name, message
 
 
+@dataclass(frozen=True)
+class Allowed:
+    """The values a numeric setting takes: finite numbers from `low` to `high` (`open_low`/`open_high`: that end
+    excluded) that are multiples of `multiple_of`, and the values in `special` (a sentinel such as -1, or None)."""
+    low: float = -math.inf
+    high: float = math.inf
+    open_low: bool = False
+    open_high: bool = False
+    special: tuple = ()
+    multiple_of: int = 1
+
+    def __contains__(self, value) -> bool:
+        if value in self.special:
+            return True
+        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+            return False
+        above = value > self.low if self.open_low else value >= self.low
+        below = value < self.high if self.open_high else value <= self.high
+        return above and below and (self.multiple_of == 1 or value % self.multiple_of == 0)
+
+    def __str__(self) -> str:
+        if self.high == math.inf:
+            span = f"{'>' if self.open_low else '>='} {self.low:g}"
+        else:
+            span = f"in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
+        span = f"a multiple of {self.multiple_of} {span}" if self.multiple_of > 1 else span
+        return " or ".join([*(f"{v:g}" for v in self.special if v is not None), span])
+
+    def check(self, name: str, value) -> tuple[str, bool, str]:
+        """(field, ok, message) for a config's checks."""
+        finite = "a finite number " if isinstance(value, float) and not math.isfinite(value) else ""
+        return name, value in self, f"must be {finite}{self}, got {value!r}"
+
+
+POSITIVE = Allowed(0, open_low=True)
+# The numeric settings of reco_mini.LossConfig and of the rest of reco_mini.Config: each has its rule, so a new one
+# fails tests/test_validation.py until it gets one.
+LOSS_NUMBERS = {
+    "focal_gamma": Allowed(0, special=(None,)),
+    "variance_cap": POSITIVE,
+    "clip_low": Allowed(0, 1, open_low=True, open_high=True),
+    "clip_high": POSITIVE,
+    "dual_clip": Allowed(1, open_low=True, special=(0,)),  # 0 = off
+    "kl_coef": Allowed(0),
+    "pass_k": Allowed(1),
+    "ucpo_tau": Allowed(0, 1),
+    "simko_k": Allowed(1),
+    "simko_alpha": Allowed(0, 1),
+    "simko_lambda": POSITIVE,
+    "simko_quantile": Allowed(0, 1),
+}
+RUN_NUMBERS = {
+    "seed": Allowed(0),
+    "eval_seed": Allowed(0, special=(-1,)),  # -1 = seed + 1
+    "n_train": Allowed(1),
+    "n_test": Allowed(1),
+    "hidden": Allowed(8, multiple_of=8),  # 4 attention heads, each of an even width (rotary embeddings)
+    "layers": Allowed(1),
+    "sft_steps": Allowed(1),
+    "sft_batch": Allowed(1),
+    "sft_lr": POSITIVE,
+    "steps": Allowed(1),
+    "prompts_per_step": Allowed(1),
+    "group_size": Allowed(2),  # group-relative advantages need two responses
+    "epochs": Allowed(1),
+    "minibatches": Allowed(1),
+    "lr": POSITIVE,
+    "grad_clip": Allowed(0),  # 0 = off
+    "temperature": POSITIVE,  # sampling divides the logits by it
+    "max_new_tokens": Allowed(0),  # 0 = the task's
+    "n_eval": Allowed(1),
+    "eval_batch": Allowed(0),  # 0 = the task's
+    "eval_every": Allowed(0),  # 0 = at the end only
+    "micro_batch": Allowed(0),  # 0 = the whole mini-batch
+    "head_chunk": Allowed(0, special=(-1,)),  # 0 = full logits, -1 = the task's
+}
+# The settings with a fixed set of values that no registry holds (the registries' are handed to parse_config).
+CHOICES = {
+    "occurrence_apply": ("all", "positive"),
+    "variance_norm": ("batch", "none"),
+    "aggregation": ("token-mean", "seq-mean-token-mean"),
+    "ucpo_score": ("mean", "sum"),
+    "simko_scale": ("advantage", "ratio"),
+    "device": ("auto", "cpu", "cuda", "cuda:N"),
+    "dtype": ("float32", "bfloat16"),
+    "log": ("tensorboard", "wandb"),
+}
+
+
+def choice(cfg, name: str, choices, empty_ok: bool = False) -> tuple[str, bool, str]:
+    """(field, ok, message): the setting is one of `choices` (or '', the method's, where `empty_ok`)."""
+    value = getattr(cfg, name)
+    return name, value in choices or (empty_ok and value == ""), f"must be one of {list(choices)}, got {value!r}"
+
+
 def loss_checks(cfg, occurrences: list[str], token_ratios: list[str], advantages: list[str], gates: list[str],
                 weights: list[str]) -> list[tuple[str, bool, str]]:
     """reco_mini.LossConfig's checks of the policy-loss settings: (field, ok, message)."""
-    return [
-        ("advantage", cfg.advantage in advantages, f"must be one of {advantages}"),
-        ("pass_k", cfg.pass_k >= 1, "must be >= 1"),
-        ("prompt_gate", cfg.prompt_gate in gates, f"must be one of {gates}"),
-        ("response_weight", cfg.response_weight in weights, f"must be one of {weights}"),
-        ("ucpo_tau", 0 <= cfg.ucpo_tau <= 1, "must be in [0, 1]"),
-        ("ucpo_score", cfg.ucpo_score in ("mean", "sum"), "must be mean or sum"),
-        ("simko_k", cfg.simko_k >= 1, "must be >= 1"),
-        ("simko_alpha", 0 <= cfg.simko_alpha <= 1, "must be in [0, 1]"),
-        ("simko_lambda", cfg.simko_lambda > 0, "must be > 0"),
-        ("simko_quantile", 0 <= cfg.simko_quantile <= 1, "must be in [0, 1]"),
-        ("simko_scale", cfg.simko_scale in ("advantage", "ratio"), "must be advantage or ratio"),
-        ("occurrence", cfg.occurrence in ("", *occurrences), f"must be one of {occurrences}"),
-        ("occurrence_apply", cfg.occurrence_apply in ("all", "positive"), "must be all or positive"),
-        ("token_ratio", cfg.token_ratio in ("", *token_ratios), f"must be one of {token_ratios}"),
-        ("focal_gamma", cfg.focal_gamma is None or cfg.focal_gamma >= 0, "must be >= 0"),
-        ("variance_cap", cfg.variance_cap > 0, "must be > 0"),
-        ("variance_norm", cfg.variance_norm in ("batch", "none"), "must be batch or none"),
-        ("clip_low", 0 < cfg.clip_low < 1, "must be in (0, 1)"),
-        ("clip_high", cfg.clip_high > 0, "must be > 0"),
-        ("dual_clip", cfg.dual_clip == 0 or cfg.dual_clip > 1, "must be 0 (off) or > 1"),
-        ("kl_coef", cfg.kl_coef >= 0, "must be >= 0"),
-        ("aggregation", cfg.aggregation in ("token-mean", "seq-mean-token-mean"),
-         "must be token-mean or seq-mean-token-mean"),
+    return [rule.check(name, getattr(cfg, name)) for name, rule in LOSS_NUMBERS.items()] + [
+        choice(cfg, "occurrence", occurrences, empty_ok=True),
+        choice(cfg, "token_ratio", token_ratios, empty_ok=True),
+        choice(cfg, "advantage", advantages),
+        choice(cfg, "prompt_gate", gates),
+        choice(cfg, "response_weight", weights),
+        *(choice(cfg, name, CHOICES[name]) for name in ("occurrence_apply", "variance_norm", "aggregation",
+                                                        "ucpo_score", "simko_scale")),
     ]
 
 
@@ -77,51 +174,66 @@ def mini_only(cfg) -> list[str]:
         ["token_ratio"] if cfg.token_ratio == "simko" else [])
 
 
+def device_problem(device: str) -> str:
+    """Why `device` cannot run here ('' if it can): an unknown name, or CUDA that this torch does not have."""
+    if device in ("auto", "cpu"):
+        return ""
+    if not re.fullmatch(r"cuda(:\d+)?", device):
+        return f"must be one of {list(CHOICES['device'])}, got {device!r}"
+    if torch.version.cuda is None:
+        return (f"{device}: this torch ({torch.__version__}) is a CPU build, without CUDA; use --device cpu, or "
+                "install a CUDA build of torch (README, Quick start)")
+    if not torch.cuda.is_available():
+        return f"{device}: torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU here; use --device cpu"
+    if ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+        return f"{device}: this machine has {torch.cuda.device_count()} GPU(s), numbered from 0"
+    return ""
+
+
 def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, bool, str]]:
-    """reco_mini.Config's checks of the run's own settings (task, files, sizes, flags): (field, ok, message)."""
+    """reco_mini.Config's checks of the run's own settings (sizes, task, files, flags): (field, ok, message).
+    The numbers come first, so that a combination (--minibatches must divide ...) is checked on valid parts."""
     import reco_log
     from reco_data import missing_file
 
     n = cfg.prompts_per_step * cfg.group_size
-    return [
-        ("methods", all(m in methods for m in cfg.method_list),
-         f"must be a comma-separated subset of {list(methods)}"),
-        ("task", cfg.task in tasks, f"must be one of {', '.join(tasks)}"),
+    return [rule.check(name, getattr(cfg, name)) for name, rule in RUN_NUMBERS.items()] + [
+        ("methods", bool(cfg.method_list) and all(m in methods for m in cfg.method_list),
+         f"must be a comma-separated subset of {list(methods)}, got {cfg.methods!r}"),
+        choice(cfg, "task", tasks),
         ("task", cfg.task != "math" or bool(cfg.model and cfg.data), "math needs --model and --data"),
         ("data", not missing_file(cfg.data), f"{cfg.data}: no such file"),  # a dataset name is checked when loaded
         ("eval_data", not missing_file(cfg.eval_data), f"{cfg.eval_data}: no such file"),
-        ("steps", cfg.steps >= 1, "must be >= 1"),
-        ("group_size", cfg.group_size >= 2, "must be >= 2"),
-        ("temperature", cfg.temperature > 0, "must be > 0 (sampling divides the logits by it)"),
-        ("lr", cfg.lr > 0, "must be > 0"),
-        ("grad_clip", cfg.grad_clip >= 0, "must be >= 0"),
-        ("minibatches", cfg.minibatches >= 1 and n % cfg.minibatches == 0,
-         f"must divide prompts-per-step x group-size ({n})"),
+        ("device", not device_problem(cfg.device), device_problem(cfg.device)),
+        ("minibatches", cfg.minibatches < 1 or n % cfg.minibatches == 0,  # < 1: the rule above says so
+         f"must divide prompts-per-step x group-size ({n}), got {cfg.minibatches}"),
         ("n_train", cfg.task == "math" or cfg.n_train >= cfg.prompts_per_step,
-         "must be >= --prompts-per-step"),
-        ("n_eval", cfg.n_eval >= 1, "must be >= 1"),
+         f"must be >= --prompts-per-step ({cfg.prompts_per_step}), got {cfg.n_train}"),
+        ("pass_k", cfg.advantage != "pass-at-k" or cfg.pass_k <= cfg.group_size,
+         f"must be at most --group-size ({cfg.group_size}), got {cfg.pass_k}"),
         ("ks", all(k.strip().isdigit() and 1 <= int(k) <= cfg.n_eval for k in cfg.ks.split(",") if cfg.ks),
-         "must be integers in [1, --n-eval]"),
-        ("eval_every", cfg.eval_every >= 0, "must be >= 0"),
-        ("micro_batch", cfg.micro_batch >= 0, "must be >= 0 (0 = the whole mini-batch)"),
-        ("dtype", cfg.dtype in ("float32", "bfloat16"), "must be float32 or bfloat16"),
+         f"must be integers in [1, --n-eval], got {cfg.ks!r}"),
+        choice(cfg, "dtype", CHOICES["dtype"]),
         ("log", not reco_log.check_sinks(cfg.log), reco_log.check_sinks(cfg.log)),
-        ("head_chunk", cfg.head_chunk >= -1, "must be >= 0 (0 = full logits), or -1 for the task's default"),
     ]
 
 
 def resolve_defaults(cfg, task) -> None:
     """reco_mini.Config's settings that default to the task's (0, or -1 for --head-chunk), the output directory
-    (runs/default, or runs/quick with --quick) and the device ("auto": cuda when there is one)."""
+    (runs/default, or runs/quick with --quick) and the device ("auto": cuda when there is one); then the one check
+    that needs the task's default (the token term that reads the logits, which --head-chunk does not keep)."""
     cfg.max_new_tokens = cfg.max_new_tokens or task.max_new_tokens
     cfg.out = cfg.out or ("runs/quick" if cfg.quick else "runs/default")
     cfg.eval_batch = cfg.eval_batch or task.eval_batch
     cfg.head_chunk = task.head_chunk if cfg.head_chunk < 0 else cfg.head_chunk
     if cfg.device == "auto":
         cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if cfg.head_chunk > 0 and cfg.token_ratio == "simko":
+        raise ConfigError("head_chunk", f"{cfg.head_chunk} keeps no logits, which --token-ratio simko reads; "
+                                        "use --head-chunk 0")
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """A one-line error on stderr and exit code 2: bad input never ends in a traceback."""
     print(f"{PROG}: error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -144,27 +256,125 @@ def run_entry_point(prog: str, main: Callable[[], object], bad_input: tuple[type
     sys.exit(code if isinstance(code, int) else 0)
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str):
-        fail(message)
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for this project's commands: an error is one line (`prog: error: ...`) and exit code 2, an unknown
+    flag is named with the closest known one (before any 'required' complaint), a negative number is a flag's value
+    (`--lr -1e-4`, which argparse takes for a flag), and flags are never abbreviated."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        out, i = [], 0
+        while i < len(args):
+            token = args[i]
+            if token == "--":
+                out += args[i:]
+                break
+            name = token.split("=", 1)[0]
+            action = self._option_string_actions.get(name)
+            if token.startswith("--") and action is None and not _is_number(token):
+                close = difflib.get_close_matches(name, [s for s in self._option_string_actions if s.startswith("--")], 1)
+                self.error(f"unrecognized arguments: {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+            takes_one = action is not None and action.nargs is None and action.option_strings and "=" not in token
+            if takes_one and action.const is None and i + 1 < len(args) and args[i + 1].startswith("-") \
+                    and _is_number(args[i + 1]):
+                out.append(f"{token}={args[i + 1]}")  # argparse would read "-1e-4" as a flag
+                i += 2
+                continue
+            out.append(token)
+            i += 1
+        return super().parse_known_args(out, namespace)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """One line per flag where the terminal allows: the help column starts after the longest flag, and a line never
+    breaks inside a hyphenated value."""
+
+    def __init__(self, prog: str):
+        super().__init__(prog, max_help_position=28)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:  # never break a value such as countdown-long
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+def flag_help(text: str, default=None, choices=None) -> str:
+    """A flag's help: its text, its values when they are a fixed set (from the registry itself, so that a new variant
+    is listed without an edit) and its default, once: not where the text already says it, nor when it is empty."""
+    if choices:
+        text = f"{text}: {' | '.join(choices)}"
+    if default is not None and default is not False and default != "" and "default" not in text:
+        text += f" (default: {default})"
+    return text.replace("%", "%%")
+
+
+# reco_mini's --help, by group and in this order. Every Config field is in one (tests/test_validation.py).
+GROUPS = {
+    "run": ("seed", "device", "quick", "steps", "prompts_per_step", "group_size", "epochs", "minibatches", "lr",
+            "grad_clip", "temperature", "max_new_tokens", "micro_batch", "head_chunk", "dtype",
+            "gradient_checkpointing"),
+    "methods": ("methods", "method", "occurrence", "token_ratio", "focal_gamma", "advantage", "prompt_gate",
+                "response_weight"),
+    "loss": ("occurrence_apply", "variance_cap", "variance_norm", "clip_low", "clip_high", "dual_clip", "kl_coef",
+             "no_std", "aggregation", "pass_k", "ucpo_tau", "ucpo_score", "simko_k", "simko_alpha", "simko_lambda",
+             "simko_quantile", "simko_scale"),
+    "model and data": ("task", "model", "data", "eval_data", "n_train", "n_test", "hidden", "layers", "sft_steps",
+                       "sft_batch", "sft_lr"),
+    "evaluation and output": ("n_eval", "eval_batch", "eval_every", "eval_seed", "ks", "out", "overwrite", "log"),
+}
+METAVARS = {"int": "N", "float": "X", "float | None": "X", "str": "TEXT", "methods": "NAMES", "log": "NAMES",
+            "ks": "K,K,...", "model": "NAME_OR_DIR", "data": "SOURCE", "eval_data": "SOURCE", "out": "DIR"}
+# Field -> the registry whose keys are its values, by its name in the module that defines the config (reco_mini, or
+# __main__ when reco_mini.py runs as a script), read when --help runs: a newly registered variant is listed unedited.
+REGISTRIES = {"methods": "METHODS", "task": "TASKS", "occurrence": "OCCURRENCES", "token_ratio": "TOKEN_RATIOS",
+              "advantage": "ADVANTAGES", "prompt_gate": "PROMPT_GATES", "response_weight": "RESPONSE_WEIGHTS"}
 
 
 def parse_config(cls: type, argv: list[str] | None, quick: dict, description: str):
     """`cls` (a dataclass whose fields carry a "help" metadata entry) from command-line flags.
 
-    --quick replaces the defaults of the fields named in `quick`; flags given explicitly still win. The
-    dataclass validates itself and raises ValueError naming the flag, which becomes a one-line error.
+    --help lists the flags in GROUPS' order, each with its default once and, for a setting with a fixed set of
+    values, that set (CHOICES, or the registries of REGISTRIES). --quick replaces the defaults of the fields named in
+    `quick`; flags given explicitly still win. --method M is --methods M (both is an error). The dataclass
+    validates itself and raises ValueError naming the flag, which becomes a one-line error.
     """
-    parser = _OneLineParser(prog=PROG, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    defined_in = vars(sys.modules[cls.__module__])
+    choices = CHOICES | {name: list(defined_in[registry]) for name, registry in REGISTRIES.items() if registry in defined_in}
+    parser = ArgumentParser(prog=PROG, description=description, usage="%(prog)s [flags]")
     types = {"int": int, "float": float, "str": str, "float | None": float}
-    for f in fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type == "bool":
-            parser.add_argument(flag, action="store_true", help=f.metadata["help"])
-        else:
-            parser.add_argument(flag, type=types[f.type], default=f.default, help=f.metadata["help"])
-    parser.add_argument("--method", help="a single method (the same as --methods M)")
+    by_name = {f.name: f for f in fields(cls)} | {"method": None}
+    for title, names in GROUPS.items():
+        group = parser.add_argument_group(title)
+        for f in (by_name[name] for name in names):
+            if f is None:  # --method, which only parsing knows
+                group.add_argument("--method", metavar="NAME", help="one method: the same as --methods NAME")
+                continue
+            flag, text = "--" + f.name.replace("_", "-"), flag_help(f.metadata["help"], f.default, choices.get(f.name))
+            if f.type == "bool":
+                group.add_argument(flag, action="store_true", help=text)
+            else:
+                metavar = METAVARS.get(f.name, "NAME" if f.name in choices else METAVARS[f.type])
+                group.add_argument(flag, type=types[f.type], default=f.default, metavar=metavar, help=text)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = vars(parser.parse_args(argv))
+    if args["method"] and any(a.split("=", 1)[0] == "--methods" for a in argv):
+        parser.error(f"--method {args['method']} and --methods {args['methods']}: give one of them")
     args["methods"] = args.pop("method") or args["methods"]
     if args["quick"]:
         args |= {k: v for k, v in quick.items() if args[k] == next(f.default for f in fields(cls) if f.name == k)}
@@ -197,6 +407,8 @@ def load_hf(name_or_path: str, device: str):
     """(tokenizer, model) of a Hugging Face causal LM, left-padded, fp32; a one-line error if it cannot load."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if problem := model_problem(name_or_path):
+        fail(f"--model {problem}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, padding_side="left")
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch.float32).to(device)
@@ -208,6 +420,80 @@ def load_hf(name_or_path: str, device: str):
         raise
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     return tokenizer, model
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")  # a hub repository: NAME or OWNER/NAME
+
+
+def model_problem(name: str) -> str:
+    """Why the model `name` cannot be loaded here, as the rest of a one-line error ('' when it may load): a local path
+    that does not exist, or a hub name that is not in the local cache while the hub is offline (HF_HUB_OFFLINE=1) or
+    cannot be reached. Every entry point asks before it loads a model, so that a typo fails in a second, not after
+    transformers' retries or its message about repo ids."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return ""
+    if path.exists():
+        return f"{name}: a file, not a model directory"
+    if not HUB_ID.fullmatch(name) or ".." in name or "--" in name or name.count("/") > 1:
+        return f"{name}: no such directory"
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return ""  # in the local cache: it loads offline
+    if constants.HF_HUB_OFFLINE:
+        return (f"{name}: no such directory; as a hub name it is not in the local cache, and the hub is offline "
+                "(HF_HUB_OFFLINE=1)")
+    if host := unreachable_hub(constants.ENDPOINT):
+        return f"{name}: no such directory; as a hub name it is not in the local cache, and {host} cannot be reached"
+    return ""
+
+
+def unreachable_hub(endpoint: str, timeout_s: float = 5.0) -> str:
+    """The hub's host when a connection to it fails within `timeout_s` (name lookup included), else ''. Behind a
+    proxy (HTTPS_PROXY and the like) it is not probed: the proxy decides."""
+    import os
+    import socket
+    import threading
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return ""
+    url = urlparse(endpoint)
+    host, port, reached = url.hostname or "", url.port or (443 if url.scheme == "https" else 80), []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            reached.append(True)
+        except OSError:
+            pass
+
+    probe = threading.Thread(target=connect, daemon=True)
+    probe.start()
+    probe.join(timeout_s)
+    return "" if reached else host
+
+
+def refuse_reuse(cfg) -> None:
+    """Before any work: reco_mini's --out is not reused by surprise. A directory that holds the results of a different
+    config (results.json), or the files of a run that did not finish, is a one-line error unless --overwrite."""
+    out = Path(cfg.out)
+    if cfg.overwrite or not out.is_dir():
+        return
+    advice = "pass --overwrite to replace them, or choose another --out"
+    if (out / "results.json").is_file():
+        try:
+            old = json.loads((out / "results.json").read_text())["config"]
+        except (ValueError, KeyError, TypeError):
+            fail(f"--out {out} holds a results.json that cannot be read; {advice}")
+        default = asdict(type(cfg)())
+        differ = ["--" + k.replace("_", "-") for k, v in asdict(cfg).items() if k != "overwrite" and old.get(k, default[k]) != v]
+        if differ:
+            fail(f"--out {out} holds the results of a different config ({', '.join(differ[:4])}"
+                 f"{' and more' if len(differ) > 4 else ''} {'differs' if len(differ) == 1 else 'differ'}); {advice}")
+    elif logs := sorted(out.glob("*/log.jsonl")):
+        fail(f"--out {out} holds the files of a run that did not finish ({logs[0].relative_to(out)}); {advice}")
 
 
 def unreadable_weights(model_dir: str | Path) -> str | None:
@@ -450,10 +736,17 @@ def save_atomic(state: dict, path: Path) -> None:
 
 
 def write_results(results: dict, out: Path) -> None:
-    """reco_mini's end: results.json, the Pass@k table on stdout and the Pass@k plot."""
+    """reco_mini's end: results.json, the Pass@k table on stdout and the Pass@k plot, with the run's details."""
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     print(format_table(results["methods"]))
-    plot_pass_at_k({m: {"held-out": res} for m, res in results["methods"].items()}, out / "pass_at_k.png")
+    cfg, problems = results["config"], len(next(iter(results["methods"].values()))["counts"])
+    eval_seed = cfg["seed"] + 1 if cfg["eval_seed"] < 0 else cfg["eval_seed"]
+    caption = (f"task {cfg['task']}, model {cfg['model'] or 'the tiny one built here'}: {problems} held-out problems, "
+               f"n = {cfg['n_eval']} samples each at temperature {cfg['temperature']:g}; seed {cfg['seed']} "
+               f"(evaluation samples: seed {eval_seed})")
+    plot_pass_at_k({m: {"held-out": res} for m, res in results["methods"].items()}, out / "pass_at_k.png",
+                   caption=caption)
     print(f"wrote {out / 'results.json'} and {out / 'pass_at_k.png'} in {results['wall_time_s']} s")
 
 
@@ -470,8 +763,9 @@ def format_table(columns: dict[str, dict], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def plot_pass_at_k(runs: dict[str, dict[str, dict]], path: str | Path, title: str = "Pass@k") -> Path:
-    """Pass@k against k (log2 axis): one panel per benchmark (plus the average), one line per run.
+def plot_pass_at_k(runs: dict[str, dict[str, dict]], path: str | Path, title: str = "Pass@k", caption: str = "") -> Path:
+    """Pass@k against k (log2 axis): one panel per benchmark (plus the average), one line per run; at least 900 px
+    wide, one title (a single panel's name joins it), and `caption` (the run's details: seed, problems, n) below.
 
     runs: run name -> panel name -> {"pass_at_k": {k: value}, optional "n_problems"}.
     """
@@ -482,9 +776,9 @@ def plot_pass_at_k(runs: dict[str, dict[str, dict]], path: str | Path, title: st
 
     panels = list(dict.fromkeys(b for summary in runs.values() for b in summary))  # first-seen order
     panels = [b for b in panels if b != "average"] + (["average"] if len(panels) > 2 else [])
-    cols = min(3, len(panels))
-    fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols, figsize=(4.2 * cols, 3.3 * math.ceil(len(panels) / cols)),
-                             squeeze=False)
+    cols, rows = min(3, len(panels)), math.ceil(len(panels) / 3)
+    below = 0.5 if caption else 0.0  # inches for the caption
+    fig, axes = plt.subplots(rows, cols, figsize=(max(7.5, 4.2 * cols), 3.6 * rows + below), squeeze=False)
     for ax, bench in zip(axes.flat, panels):
         ks: set[int] = set()
         for name, summary in runs.items():
@@ -493,8 +787,9 @@ def plot_pass_at_k(runs: dict[str, dict[str, dict]], path: str | Path, title: st
                 ks |= {int(k) for k in curve}
                 ax.plot([int(k) for k in curve], list(curve.values()), marker="o", ms=3, label=name)
         n_problems = next((s[bench].get("n_problems") for s in runs.values() if bench in s), None)
-        ax.set_title("average over benchmarks" if bench == "average"
-                     else bench + (f" ({n_problems} problems)" if n_problems else ""))
+        name = ("average over benchmarks" if bench == "average"
+                else bench + (f" ({n_problems} problems)" if n_problems else ""))
+        ax.set_title(f"{title}, {name}" if len(panels) == 1 else name)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(ks), [str(k) for k in sorted(ks)])
         ax.minorticks_off()
@@ -503,10 +798,48 @@ def plot_pass_at_k(runs: dict[str, dict[str, dict]], path: str | Path, title: st
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    fig.suptitle(title)
-    fig.tight_layout()
+    if len(panels) > 1:
+        fig.suptitle(title)
+    if caption:
+        fig.text(0.5, 0.02, caption, ha="center", va="bottom", fontsize=8, wrap=True)
+    fig.tight_layout(rect=(0, below / fig.get_figheight(), 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+class tqdm(_tqdm_auto):  # noqa: N801 (tqdm.auto.tqdm's drop-in)
+    """tqdm.auto's progress bar; where stderr is not a terminal (a log file, a pipe) a bar writes nothing for its
+    first minute and then a line at most once a minute (LOG_INTERVAL_S), each a line of its own, where tqdm redraws
+    every 0.1 s with carriage returns (29 KB of bars in the log of a short run)."""
+
+    def __init__(self, *args, **kwargs):
+        stream = kwargs.get("file") or sys.stderr
+        if not getattr(stream, "isatty", lambda: False)():
+            kwargs |= {"file": _Lines(stream), "mininterval": LOG_INTERVAL_S, "maxinterval": LOG_INTERVAL_S,
+                       "delay": LOG_INTERVAL_S}
+        super().__init__(*args, **kwargs)
+
+
+LOG_INTERVAL_S = 60.0
+
+
+class _Lines:
+    """A text stream for tqdm that writes each redraw of a bar as a line of its own and drops the blank redraws
+    that clear one (and the cursor moves of nested bars)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        line = text.replace("\r", "").replace("\x1b[A", "").rstrip()
+        if line.strip():
+            self.stream.write(line + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)

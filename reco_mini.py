@@ -28,12 +28,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm.auto import tqdm
 
 import reco_io  # plumbing: command line, files, models, sampler, forwards, precision, table, plot
 import reco_log  # log.jsonl, and TensorBoard / W&B on request
 import reco_variants as variants  # rarely used weights, and the peers' methods
-from reco_io import ConfigError, Step, forward_stats, old_stats, opt, token_stats  # noqa: F401
+from reco_io import ConfigError, Step, forward_stats, old_stats, opt, token_stats, tqdm  # noqa:F401
 from reco_task import TASKS  # the problems: splits, prompt, reward, canonical keys, token labels
 
 METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
@@ -48,29 +47,29 @@ METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
 @dataclass
 class LossConfig:
     """The policy-loss settings, shared with reco_scaled (its `algo` section)."""
-    occurrence: str = opt("", "response weight: sequence | token-mean | count | canonical | none")
-    occurrence_apply: str = opt("all", "weigh all responses, or those with A > 0: all | positive")
-    token_ratio: str = opt("", "token term: is | variance | variance-old ('' = the method's)")
-    focal_gamma: float | None = opt(None, "F-GRPO: A *= (1 - group success rate)^gamma")
+    occurrence: str = opt("", "response weight m_i (default: the method's)")
+    occurrence_apply: str = opt("all", "weigh all responses, or those with A > 0")
+    token_ratio: str = opt("", "token term (default: the method's)")
+    focal_gamma: float | None = opt(None, "F-GRPO: A *= (1-success rate)^gamma (default: method's)")
     variance_cap: float = opt(10.0, "c_max, the cap on rho = V / mean V_old")
-    variance_norm: str = opt("batch", "divide V by its rollout-batch mean: batch | none")
+    variance_norm: str = opt("batch", "divide V by its rollout-batch mean, or by 1")
     clip_low: float = opt(0.2, "eps_low of the PPO clip")
     clip_high: float = opt(0.2, "eps_high of the PPO clip")
     dual_clip: float = opt(0.0, "cap the loss of A < 0 tokens at -C A (0 = off; verl uses 3)")
     kl_coef: float = opt(0.0, "beta of the k3 KL penalty to the base policy")
     no_std: bool = opt(False, "Dr.GRPO advantages: do not divide by the group's std")
-    aggregation: str = opt("token-mean", "token-mean | seq-mean-token-mean")
-    advantage: str = opt("grpo", "group advantage: grpo | pass-at-k (Pass@k training)")
+    aggregation: str = opt("token-mean", "mean over a mini-batch's tokens, or of each response's")
+    advantage: str = opt("grpo", "group advantage (pass-at-k: Pass@k training's)")
     pass_k: int = opt(4, "k of --advantage pass-at-k, at most the group size")
-    prompt_gate: str = opt("none", "update the prompts: none (all) | zero-success (never solved)")
-    response_weight: str = opt("none", "a peer's response weight, times ReCo's: none | ucpo")
+    prompt_gate: str = opt("none", "the prompts updated (zero-success: those never solved)")
+    response_weight: str = opt("none", "a peer's response weight, times ReCo's")
     ucpo_tau: float = opt(0.2, "UCPO's tau: the uniform share of the correct responses' weight")
-    ucpo_score: str = opt("mean", "UCPO's q from mean (authors' code) | sum (paper) log pi_old")
+    ucpo_score: str = opt("mean", "UCPO's q from mean (authors' code) or sum (paper) log pi_old")
     simko_k: int = opt(3, "SimKO's K: the likeliest tokens a correct response's update spreads to")
     simko_alpha: float = opt(0.01, "SimKO's alpha: the share of the update spread over the top K")
     simko_lambda: float = opt(1.1, "SimKO's lambda: the penalty on an incorrect top-1 token")
     simko_quantile: float = opt(0.8, "SimKO acts above this quantile of a response's entropies")
-    simko_scale: str = opt("advantage", "lambda scales: advantage (authors' code) | ratio (Eq. 5)")
+    simko_scale: str = opt("advantage", "lambda scales advantage (authors' code) or ratio (Eq. 5)")
 
     def __post_init__(self):
         for name, ok, message in self.checks():
@@ -94,16 +93,16 @@ def loss_config(cfg: LossConfig, method: str) -> LossConfig:
 @dataclass
 class Config(LossConfig):
     """Everything reco_mini.py does; every field is a flag (`python reco_mini.py --help`)."""
-    methods: str = opt("grpo,reco", f"comma-separated methods to train: {', '.join(METHODS)}")
+    methods: str = opt("grpo,reco", "comma-separated methods to train, from")
     seed: int = opt(0, "seed of the SFT base, the RL run and the evaluation samples")
     eval_seed: int = opt(-1, "seed of the evaluation samples' generator (-1 = seed + 1)")
-    device: str = opt("auto", "cpu | cuda | auto")
+    device: str = opt("auto", "where to train (auto: cuda when there is one)")
     out: str = opt("", "output directory (default runs/default, or runs/quick with --quick)")
     quick: bool = opt(False, "a tiny budget for a smoke test of about a minute")
-    task: str = opt("countdown", f"{' | '.join(TASKS)} (math needs --model and --data)")
+    task: str = opt("countdown", "the problems (math needs --model and --data)")
     model: str = opt("", "Hugging Face model name or directory (default: a tiny model built here)")
-    data: str = opt("", "task math: JSONL of problems with 'problem' and 'answer'")
-    eval_data: str = opt("", "task math: JSONL of held-out problems (default: a fifth of --data)")
+    data: str = opt("", "math problems: .jsonl/.parquet, dataset dir, hub NAME[:CONFIG][:SPLIT]")
+    eval_data: str = opt("", "held-out math problems, as --data (default: a fifth of --data)")
     n_train: int = opt(1024, "countdown RL training problems")
     n_test: int = opt(64, "held-out countdown problems, in each of the test and validation splits")
     hidden: int = opt(96, "width of the tiny model")
@@ -126,9 +125,10 @@ class Config(LossConfig):
     ks: str = opt("", "comma-separated k for Pass@k (default 1, 2, 4, ..., n_eval)")
     micro_batch: int = opt(0, "rows per forward; gradients add up over the mini-batch (0 = all)")
     head_chunk: int = opt(-1, "row-tokens per lm-head slice (0 = full logits; -1: math 256)")
-    dtype: str = opt("float32", "float32 | bfloat16: bf16 autocast, fp32 weights (docs/one_gpu.md)")
+    dtype: str = opt("float32", "precision of the forwards (bfloat16: autocast over fp32 weights)")
     gradient_checkpointing: bool = opt(False, "recompute each decoder layer in the backward pass")
-    log: str = opt("", "also log each RL step to: tensorboard, wandb (log.jsonl is always written)")
+    log: str = opt("", "also log each RL step to (log.jsonl is always written)")
+    overwrite: bool = opt(False, "replace the results of a different config in --out")
 
     def __post_init__(self):
         super().__post_init__()
@@ -532,7 +532,7 @@ def main(argv: list[str] | None = None) -> dict:
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     out, start, task = Path(cfg.out), time.time(), TASKS[cfg.task]
-    out.mkdir(parents=True, exist_ok=True)
+    reco_io.refuse_reuse(cfg)  # --out holds another config's results: an error, unless --overwrite
     splits = task.splits(cfg)
     tokenizer, base = (reco_io.load_hf(cfg.model, cfg.device) if cfg.model
                        else task.tiny_base(cfg, splits))
@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> dict:
                "methods": {"base": evaluate(cfg, base, tokenizer, splits["test"], "base")}}
     base.to(cfg.device if cfg.kl_coef > 0 else "cpu")  # on the device for the KL term only
     for method in cfg.method_list:
-        (out / method).mkdir(exist_ok=True)
+        (out / method).mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.seed)
         model = copy.deepcopy(base).to(cfg.device).requires_grad_(True)
         train_rl(cfg, method, model, base, tokenizer, splits["train"], out / method,

@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_acceptance.py --out report.json
     python benchmarks/gpu_acceptance.py --cpu-smoke --out smoke.json    # the same code paths, tiny, on CPU (CI)
+    python benchmarks/gpu_acceptance.py --smoke                         # any machine, seconds: the preflight only
 
 It needs no hub access and no network: the models are random-weight stand-ins with the exact Qwen2.5 shapes
 (reco_scaled.shapes) and a synthetic tokenizer of the real vocabulary size. It needs torch >= 2.6 (FSDP2's
@@ -649,13 +650,20 @@ def run_own_check(name: str, smoke: bool, out: Path, sleep_level: int, seconds: 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="report JSON (rewritten after each check)")
+    p.add_argument("--out", help="report JSON (rewritten after each check); required but with --smoke")
     p.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU (Triton interpreted): the code paths only")
+    p.add_argument("--smoke", action="store_true", help="on any machine, without a GPU: --cpu-smoke's preflight check "
+                   "alone (the runner, a child process, the report); the others skip (--cpu-smoke runs them)")
     p.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (preflight always runs)")
     p.add_argument("--sleep-level", type=int, choices=(1, 2), default=2, help="the rollout check's vLLM sleep level")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--seconds", type=float, default=600, help=argparse.SUPPRESS)  # a child's timeout
     args = p.parse_args(argv)
+    if args.smoke:
+        args.cpu_smoke, args.only = True, ["preflight"]
+        args.out = args.out or str(Path(tempfile.mkdtemp(prefix="gpu_acceptance_smoke_")) / "report.json")
+    elif not args.out:
+        p.error("--out is required (but with --smoke)")
     if args.child:
         return run_own_check(args.child, args.cpu_smoke, Path(args.out), args.sleep_level, args.seconds)
     mode = "cpu-smoke" if args.cpu_smoke else "gpu"
@@ -671,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpu_acceptance_") as tmp:
         for check in checks():
             if args.only and check.name != "preflight" and check.name not in args.only:
+                if args.smoke:
+                    report["checks"][check.name] = {"skipped": "--smoke runs the preflight only (--cpu-smoke: all)"}
                 continue
             left = budget - (time.perf_counter() - start)
             if check.needs and importlib.util.find_spec(check.needs) is None:

@@ -4,6 +4,7 @@ grader (reco_grader.py as of commit OLD_COMMIT, loaded from git history), the ne
 
     python benchmarks/grader.py            # agreement, wrong answers paid, slowest call, throughput
     python benchmarks/grader.py --quick    # agreement only, no throughput runs
+    python benchmarks/grader.py --smoke    # the whole path on one case per project, for CI: no measurement
 
 Batched means reco_grader.grade_many (the new grader's worker pool); the old grader had no batch call, so its
 "batched" row is a thread pool of the same width over grade_answer (what a caller would have done).
@@ -34,9 +35,12 @@ def load_corpus(path: Path = CORPUS) -> list[dict]:
 
 
 def old_grader():
-    """reco_grader.py of OLD_COMMIT, as a module of its own."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{OLD_COMMIT}:reco_grader.py"], check=True,
-                            capture_output=True, text=True).stdout
+    """reco_grader.py of OLD_COMMIT, as a module of its own; None where this clone's history lacks that commit."""
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{OLD_COMMIT}:reco_grader.py"], capture_output=True,
+                           text=True)
+    if shown.returncode:
+        return None
+    source = shown.stdout
     path = Path(tempfile.mkdtemp()) / "reco_grader_old.py"
     path.write_text(source, encoding="utf-8")
     spec = importlib.util.spec_from_file_location("reco_grader_old", path)
@@ -89,16 +93,23 @@ def timed(fn, cases: list[dict]) -> tuple[list[bool], list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="agreement only, no throughput runs")
+    parser.add_argument("--smoke", action="store_true", help="every step on one case per project: checks that it "
+                        "runs, measures nothing")
     args = parser.parse_args()
     cases = load_corpus()
+    if args.smoke:
+        cases = list({project(c["source"]): c for c in cases}.values())
     responses, golds = [c["response"] for c in cases], [c["gold"] for c in cases]
     print(f"{len(cases)} cases from {len({project(c['source']) for c in cases})} projects ({CORPUS.name}); "
           f"new grader: {reco_grader.WORKERS} workers, {reco_grader.TIMEOUT_S} s per call")
     old = old_grader()
     n = reco_grader.WORKERS
     reco_grader.grade_many([rf"\boxed{{x_{k}}}" for k in range(2 * n)], ["y"] * (2 * n))  # every worker started
-    runs = {"old grader (whitelist parser, " + OLD_COMMIT + ")": old.grade_answer, "new grader (reco_grader)":
-            reco_grader.grade_answer, "math-verify alone (0.9 defaults)": math_verify_alone}
+    old_name = "old grader (whitelist parser, " + OLD_COMMIT + ")"
+    runs = {old_name: old.grade_answer} if old else {}
+    if old is None:
+        print(f"\n{old_name}: skipped, commit {OLD_COMMIT} is not in this clone's history (git fetch --unshallow)")
+    runs |= {"new grader (reco_grader)": reco_grader.grade_answer, "math-verify alone (0.9 defaults)": math_verify_alone}
     throughput = []
     for name, fn in runs.items():
         verdicts, seconds = timed(fn, cases)
@@ -107,7 +118,7 @@ def main() -> None:
     if args.quick:
         return
     print("\nanswers graded per second on the corpus (single: one call at a time; batched: the whole corpus at once)")
-    for name, single in throughput[:2]:
+    for name, single in throughput[:len(runs) - 1]:  # math-verify alone is not timed as a reward
         start = time.perf_counter()
         if name.startswith("old"):
             with ThreadPoolExecutor(reco_grader.WORKERS) as pool:

@@ -2,6 +2,7 @@
 
     python benchmarks/long_study_malloc.py              # ~2 min with the cached base (training it first: ~15 min)
     python benchmarks/long_study_malloc.py --steps 2 --problems 4
+    python benchmarks/long_study_malloc.py --smoke      # the whole path on the study's quick base, for CI (no measurement)
 
 Two child processes run at once, as the study's two workers do, one with glibc's default allocator settings and one
 with WORKER_MALLOC: each trains the study's SFT base with grpo for --steps RL steps (one thread, the study's flags)
@@ -13,6 +14,7 @@ machine's noise affects both alike; run it on an otherwise idle machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -26,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
 
 
-def child(out: str, steps: int, problems: int) -> dict:
+def child(out: str, steps: int, problems: int, smoke: bool) -> dict:
     import copy
 
     import long_study as ls
@@ -35,13 +37,15 @@ def child(out: str, steps: int, problems: int) -> dict:
     import reco_mini as rm
 
     torch.set_num_threads(1)
-    ctx = ls.load_context([])
-    cfg = rm.parse_config([*ls.TASK_FLAGS, "--method", "grpo", "--steps", str(steps), "--out", out, "--seed", "3"])
+    quick = ls.QUICK["flags"] if smoke else []  # the study's quick base: SFT in seconds, cached under runs/cache
+    ctx = ls.load_context(quick)
+    cfg = rm.parse_config([*ls.TASK_FLAGS, *quick, "--method", "grpo", "--steps", str(steps), "--out", out,
+                           "--seed", "3"])
     model = copy.deepcopy(ctx["base"]).requires_grad_(True)
     start = time.time()
     rm.train_rl(cfg, "grpo", model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], Path(out))
     per_step = (time.time() - start) / steps
-    cfg = rm.parse_config([*ls.TASK_FLAGS, "--n-eval", str(ls.N_EVAL)])
+    cfg = rm.parse_config([*ls.TASK_FLAGS, *quick, "--n-eval", str(4 if smoke else ls.N_EVAL)])
     start = time.time()
     evaluation = rm.evaluate(cfg, ctx["base"], ctx["tokenizer"], ctx["splits"]["val"][:problems], "benchmark")
     per_eval = time.time() - start
@@ -54,12 +58,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=5, help="RL steps per child")
     parser.add_argument("--problems", type=int, default=16, help="validation problems in each child's evaluation")
+    parser.add_argument("--smoke", action="store_true", help="1 step, 2 problems, n 4, on the study's quick base: "
+                        "checks that the whole path runs, measures nothing")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.problems = 1, 2
     if args.child:
-        print(json.dumps(child(args.child, args.steps, args.problems)))
+        print(json.dumps(child(args.child, args.steps, args.problems, args.smoke)))
         return
-    from long_study import WORKER_MALLOC
+    import long_study as ls
+
+    with contextlib.chdir(ROOT):  # the base, trained once here if it is not cached yet, not by both children at once
+        ls.load_context(ls.QUICK["flags"] if args.smoke else [])
+    WORKER_MALLOC = ls.WORKER_MALLOC
 
     settings = {"default": {k: v for k, v in os.environ.items() if k not in WORKER_MALLOC},
                 "tuned": {**os.environ, **WORKER_MALLOC}}
@@ -68,7 +80,7 @@ def main() -> None:
         for name, env in settings.items():
             (Path(tmp) / name).mkdir()
             cmd = [sys.executable, __file__, "--child", str(Path(tmp) / name), "--steps", str(args.steps),
-                   "--problems", str(args.problems)]
+                   "--problems", str(args.problems), *(["--smoke"] if args.smoke else [])]
             procs[name] = subprocess.Popen(cmd, cwd=ROOT, env={**env, "TQDM_DISABLE": "1"}, stdout=subprocess.PIPE, text=True)
         out = {}
         for name, proc in procs.items():

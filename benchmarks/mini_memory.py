@@ -3,6 +3,7 @@
     python benchmarks/mini_memory.py                               # CPU: a few minutes, prints the table
     python benchmarks/mini_memory.py --acceptance --json OUT.json  # CUDA: one RL step, Qwen2.5-0.5B shape, full depth
     python benchmarks/mini_memory.py --acceptance --smoke          # the same code path, tiny, on CPU (< 1 min)
+    python benchmarks/mini_memory.py --smoke                       # the table's path at toy sizes, for CI
 
 Measured (each number in a fresh child process; RSS high-water mark on CPU, torch.cuda.max_memory_allocated
 on CUDA): one RL step (reco_mini.train_rl, grpo, 1 step, 1 epoch, 1 mini-batch of all rows) and one evaluation
@@ -62,6 +63,7 @@ GB = 1e9
 # (rows = P x G, new tokens): a 2 x 2 grid. Both token counts reach the lm head's slice width (--head-chunk 256 over
 # 4 micro-batch rows = 64 tokens), so that the growth between them is not the slices filling up.
 SIZES = [(4, 64), (4, 128), (16, 64), (16, 128)]
+SMOKE_SIZES = [(4, 2), (4, 4), (8, 2), (8, 4)]  # --smoke: the same path, measured in this process, meaning nothing
 GROUP, MICRO, PROMPT, NEW, ROWS = 4, 4, 128, 1024, 64  # the extrapolation's run: P x G = 64, 1024 new tokens
 REAL = {"qwen2.5-0.5b": 16.0, "qwen2.5-math-1.5b": 40.0}  # shape -> target GB (after)
 AFTER = ["--micro-batch", str(MICRO), "--dtype", "bfloat16", "--gradient-checkpointing"]  # + --head-chunk 256 (math)
@@ -199,9 +201,9 @@ def extrapolate_eval(shape: str, bf16: bool, slope_rows: float, rows: int = 64) 
     return {k: v / GB for k, v in terms.items()} | {"total": sum(terms.values()) / GB}
 
 
-def bilinear_fit(m: dict[tuple[int, int], dict]) -> dict[str, float]:
-    """increase = a + b rows + c seq + d rows seq, solved exactly on the 2 x 2 grid of SIZES (seq = prompt + new)."""
-    (r1, t1), (_, t2), (r2, _), _ = SIZES
+def bilinear_fit(m: dict[tuple[int, int], dict], sizes: list[tuple[int, int]] = SIZES) -> dict[str, float]:
+    """increase = a + b rows + c seq + d rows seq, solved exactly on the 2 x 2 grid of `sizes` (seq = prompt + new)."""
+    (r1, t1), (_, t2), (r2, _), _ = sizes
     s1, s2 = m[r1, t1]["prompt_len"] + t1, m[r1, t2]["prompt_len"] + t2
     y = {(r, t): m[r, t]["increase"] for r in (r1, r2) for t in (t1, t2)}
     d = ((y[r2, t2] - y[r2, t1]) - (y[r1, t2] - y[r1, t1])) / ((r2 - r1) * (s2 - s1))
@@ -220,6 +222,9 @@ def tiny_params() -> int:
 
 
 def cpu_study(args) -> dict:
+    """The table: every measurement in a child process. --smoke: toy sizes, measured in this process (the path runs;
+    the numbers mean nothing)."""
+    sizes, run = (SMOKE_SIZES, measure) if args.smoke else (SIZES, child)
     with tempfile.TemporaryDirectory() as tmp:
         model, data = write_model_and_data(Path(tmp), **SMALL_BODY)
         rows = []
@@ -227,19 +232,19 @@ def cpu_study(args) -> dict:
             for phase in ("step", "eval"):
                 if phase == "eval" and setting == "micro":
                     continue  # evaluation does not read --head-chunk: after's evaluation is micro's
-                for r, t in SIZES if phase == "step" else [x for x in SIZES if x[1] == SIZES[-1][1]]:
+                for r, t in sizes if phase == "step" else [x for x in sizes if x[1] == sizes[-1][1]]:
                     spec = dict(model=str(model), data=str(data), rows=r, new=t, setting=setting, phase=phase,
                                 device="cpu", out=str(Path(tmp) / "run"))
-                    res = child(spec)
+                    res = run(spec)
                     res["increase"] = res["peak"] - res["start"]
                     rows.append(res)
                     print(f"{setting:6s} {phase:4s} rows {r:3d} new tokens {t:3d} prompt {res['prompt_len']}: peak "
                           f"{res['peak'] / GB:6.2f} GB, above the loaded model {res['increase'] / GB:6.2f} GB "
                           f"({res['seconds']:.0f} s)", flush=True)
-    report = {"sizes": SIZES, "measurements": rows, "fits": {}, "extrapolated": {}}
+    report = {"sizes": sizes, "measurements": rows, "fits": {}, "extrapolated": {}}
     for setting in SETTINGS:
         m = {(x["rows"], x["new"]): x for x in rows if x["setting"] == setting and x["phase"] == "step"}
-        fit = report["fits"][f"{setting} step"] = bilinear_fit(m)
+        fit = report["fits"][f"{setting} step"] = bilinear_fit(m, sizes)
         print(f"fit {setting:6s} step: {fit['per_row_token'] / 1e6:7.3f} MB per rollout row-token, "
               f"{fit['per_token'] / 1e6:7.3f} MB per token (micro-batch path), {fit['per_row'] / 1e6:7.2f} MB per row")
     for setting in ("before", "after"):
@@ -295,7 +300,8 @@ def acceptance(args) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--acceptance", action="store_true", help="one RL step, Qwen2.5-0.5B shape, full depth, on CUDA")
-    ap.add_argument("--smoke", action="store_true", help="with --acceptance: the same code path, tiny, on CPU")
+    ap.add_argument("--smoke", action="store_true", help="the same code path, tiny, on CPU (alone: the table's, "
+                    "measured in this process; with --acceptance: the acceptance check's)")
     ap.add_argument("--json", default="", help="write the report here")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -2,6 +2,7 @@
 
     python benchmarks/token_stats.py            # T=4096, V=151936, d=1536 (fp32 on CPU, bf16 on GPU)
     python benchmarks/token_stats.py --small    # a quick shape
+    python benchmarks/token_stats.py --smoke    # every path and mode at a toy shape, for CI: no measurement
 
 Every path starts from hidden [T, d] and the LM head [V, d], so the rows are comparable:
   naive    logits = hidden @ W.T, then log_softmax and softmax over the full fp32 [T, V]
@@ -183,6 +184,8 @@ def table_row(r: dict, ref: dict | None) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--small", action="store_true", help="quick shape: T=512, V=32000, d=256")
+    p.add_argument("--smoke", action="store_true", help="toy shape T=16, V=64, d=8, one run per row: checks that "
+                   "every path and mode runs, measures nothing")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default=None, help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--T", type=int, default=None)
@@ -204,11 +207,13 @@ def main() -> None:
 
     cuda = args.device.startswith("cuda")
     args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
-    shapes = [(512, 32000, 256)] if args.small else [(4096, 151936, 1536)] + ([(16384, 151936, 3584)] if cuda else [])
+    shapes = ([(16, 64, 8)] if args.smoke else [(512, 32000, 256)] if args.small
+              else [(4096, 151936, 1536)] + ([(16384, 151936, 3584)] if cuda else []))
     if args.T or args.V or args.d:
         shapes = [(args.T or shapes[0][0], args.V or shapes[0][1], args.d or shapes[0][2])]
-    args.repeats = args.repeats or (3 if args.small or cuda else 1)
+    args.repeats = args.repeats or (3 if (args.small or cuda) and not args.smoke else 1)
     paths = args.paths.split(",") if args.paths else ["naive", "chunked", "fused"] + (["triton", "fused-triton"] if cuda else [])
+    failed = []
     for args.T, args.V, args.d in shapes:
         print(f"\nT={args.T} V={args.V} d={args.d} {args.dtype} on {args.device} ({torch.get_num_threads()} threads), "
               f"temperature {TEMPERATURE}, min of {args.repeats} run(s)")  # fmt: skip
@@ -218,7 +223,10 @@ def main() -> None:
             for path in paths:  # naive first, so that each row can be printed as soon as it is measured
                 row = run_worker(args, path, mode)
                 ref = row if path == "naive" and "error" not in row else ref
+                failed += [f"{path} {mode}"] if "error" in row else []
                 print(table_row(row, ref), flush=True)
+    if failed:
+        sys.exit(f"failed rows: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

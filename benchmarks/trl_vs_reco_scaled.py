@@ -2,6 +2,7 @@
 
     python benchmarks/trl_vs_reco_scaled.py                 # 5 measured RL steps each, after one warm-up step
     python benchmarks/trl_vs_reco_scaled.py --steps 2       # quicker
+    python benchmarks/trl_vs_reco_scaled.py --smoke         # the whole path at toy sizes, for CI: no measurement
 
 Both train method reco on the same random tiny Qwen2 (reco_countdown's character tokenizer, hidden 64, 2 layers
 as in reco_scaled/configs/tiny-cpu.yaml), on the same Countdown prompts and reward, with the same batch (16 prompts x
@@ -33,7 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PROMPTS, G, MAX_NEW, MINI, LR = 16, 8, 12, 64, 2e-4
+# prompts per RL step, G, most new tokens, rows per mini-batch (two mini-batches a pass)
+SIZES = {"full": dict(prompts=16, G=8, max_new=12, mini=64), "smoke": dict(prompts=2, G=4, max_new=4, mini=4)}
+LR = 2e-4
 PHASES = ["rollout", "reward", "old stats", "update"]
 
 
@@ -61,19 +64,20 @@ def build_model(path: Path, hidden: int, layers: int) -> None:
     tok.save_pretrained(path)
 
 
-def run_reco_scaled(model_dir: str, steps: int, out: str) -> dict:
+def run_reco_scaled(model_dir: str, steps: int, out: str, size: dict) -> dict:
     from reco_scaled import distributed
     from reco_scaled.config import load_config
     from reco_scaled.trainer import Trainer
 
-    cfg = load_config(ROOT / "reco_scaled/configs/tiny-cpu.yaml", [
-        f"model.path={model_dir}", "algo.method=reco", f"train.steps={steps + 1}", f"train.prompts_per_step={PROMPTS}",
-        f"rollout.group_size={G}", f"rollout.max_new_tokens={MAX_NEW}", "train.epochs=2", "train.minibatches=2",
-        f"train.micro_batch_size={MINI}", f"train.lr={LR}", "train.grad_clip=1.0", f"out={out}", "checkpoint.every=0",
-        "checkpoint.resume=never"])
+    cfg = load_config("tiny-cpu", [
+        f"model.path={model_dir}", "algo.method=reco", f"train.steps={steps + 1}",
+        f"train.prompts_per_step={size['prompts']}", f"rollout.group_size={size['G']}",
+        f"rollout.max_new_tokens={size['max_new']}", "train.epochs=2", "train.minibatches=2",
+        f"train.micro_batch_size={size['mini']}", f"train.lr={LR}", "train.grad_clip=1.0", f"out={out}",
+        "checkpoint.every=0", "checkpoint.resume=never"])
     trainer = Trainer(cfg, distributed.init())
     clock = PhaseClock(PHASES)
-    for obj, method, phase in ((trainer.engine, "generate", "rollout"), (trainer.task, "reward", "reward"),
+    for obj, method, phase in ((trainer.engine, "generate", "rollout"), (trainer.task, "rewards", "reward"),
                                (trainer, "_forward_no_grad", "old stats"), (trainer, "_update", "update")):
         setattr(obj, method, clock.timed(getattr(obj, method), phase))
     trainer.train_step()  # warm-up
@@ -85,7 +89,7 @@ def run_reco_scaled(model_dir: str, steps: int, out: str) -> dict:
                         statistics.mean(r["response_length"] for r in rows))
 
 
-def run_trl(model_dir: str, steps: int, out: str) -> dict:
+def run_trl(model_dir: str, steps: int, out: str, size: dict) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
@@ -98,7 +102,7 @@ def run_trl(model_dir: str, steps: int, out: str) -> dict:
 
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    problems = make_splits(mini_config(load_config(ROOT / "reco_scaled/configs/tiny-cpu.yaml")))["train"]
+    problems = make_splits(mini_config(load_config("tiny-cpu")))["train"]
     countdown = TASKS["countdown"]
     data = Dataset.from_list([{"prompt": countdown.prompt(p, tok), "index": i} for i, p in enumerate(problems)])
 
@@ -107,8 +111,9 @@ def run_trl(model_dir: str, steps: int, out: str) -> dict:
 
     per_rl_step = 4  # optimizer steps: num_iterations x steps_per_generation
     args = ReCoGRPOConfig(
-        output_dir=out, method="reco", num_generations=G, per_device_train_batch_size=MINI, steps_per_generation=2,
-        num_iterations=2, max_completion_length=MAX_NEW, learning_rate=LR, lr_scheduler_type="constant",
+        output_dir=out, method="reco", num_generations=size["G"], per_device_train_batch_size=size["mini"],
+        steps_per_generation=2, num_iterations=2, max_completion_length=size["max_new"], learning_rate=LR,
+        lr_scheduler_type="constant",
         max_grad_norm=1.0, max_steps=per_rl_step * (steps + 1), bf16=False, use_cpu=True, gradient_checkpointing=False,
         report_to="none", save_strategy="no", logging_steps=per_rl_step, disable_tqdm=True, seed=0)
     trainer = ReCoGRPOTrainer(model=model_dir, reward_funcs=countdown_reward, args=args, train_dataset=data,
@@ -175,12 +180,17 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5, help="measured RL steps per trainer (after one warm-up step)")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--smoke", action="store_true", help="the whole path at toy sizes (1 step, 2 prompts x G 4, 4 "
+                   "new tokens, hidden 16, 1 layer): checks that it runs, measures nothing")
     p.add_argument("--run", choices=["reco_scaled", "trl"], help=argparse.SUPPRESS)  # a child process
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.smoke:
+        args.steps, args.hidden, args.layers = 1, 16, 1
+    size = SIZES["smoke" if args.smoke else "full"]
     if args.run:
         with tempfile.TemporaryDirectory() as out:
-            result = (run_reco_scaled if args.run == "reco_scaled" else run_trl)(args.model_dir, args.steps, out)
+            result = (run_reco_scaled if args.run == "reco_scaled" else run_trl)(args.model_dir, args.steps, out, size)
         print("RESULT " + json.dumps(result))
         return
 
@@ -189,17 +199,18 @@ def main() -> None:
         build_model(model_dir, args.hidden, args.layers)
         results = {}
         for name in ("reco_scaled", "trl"):
-            cmd = [sys.executable, __file__, "--run", name, "--model-dir", str(model_dir), "--steps", str(args.steps)]
+            cmd = [sys.executable, __file__, "--run", name, "--model-dir", str(model_dir), "--steps", str(args.steps),
+                   *(["--smoke"] if args.smoke else [])]
             env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
             line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
             if proc.returncode or not line:
                 sys.exit(f"{name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
             results[name] = json.loads(line[0][len("RESULT "):])
-    print(table(results, args))
+    print(table(results, args, size))
 
 
-def table(results: dict, args: argparse.Namespace) -> str:
+def table(results: dict, args: argparse.Namespace, size: dict) -> str:
     mib = 1 / 1024
     rows = ["| trainer | wall s per RL step | CPU s per RL step | rollout | reward | old stats | update | rest "
             "| peak RSS (MiB) | RSS growth (MiB) | mean response length |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -214,8 +225,9 @@ def table(results: dict, args: argparse.Namespace) -> str:
               "CPU time per RL step": a["cpu_s"] / b["cpu_s"], "peak RSS": a["rss_peak_kib"] / b["rss_peak_kib"],
               "RSS growth": (a["rss_peak_kib"] - a["rss_base_kib"]) / max(b["rss_peak_kib"] - b["rss_base_kib"], 1)}
     return "\n".join(rows + ["", "reco_scaled / TRL+ReCo: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()),
-                             f"({args.steps} measured RL steps, hidden {args.hidden}, {args.layers} layers, {PROMPTS} "
-                             f"prompts x G {G}, <= {MAX_NEW} new tokens)"])
+                             f"({args.steps} measured RL steps, hidden {args.hidden}, {args.layers} layers, "
+                             f"{size['prompts']} prompts x G {size['G']}, <= {size['max_new']} new tokens"
+                             + (", --smoke: not a measurement)" if args.smoke else ")")])
 
 
 if __name__ == "__main__":

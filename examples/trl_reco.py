@@ -29,38 +29,84 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import reco_io  # noqa: E402
 from reco_grader import grade_many  # noqa: E402
-from reco_scaled.data import SYSTEM_PROMPT, DataError, build_prompt, load_problems  # noqa: E402
+from reco_io import CHOICES, Allowed, ArgumentParser, ConfigError, flag_help  # noqa: E402
+from reco_mini import METHODS, OCCURRENCES, TOKEN_RATIOS, LossConfig  # noqa: E402
+from reco_scaled.data import SYSTEM_PROMPT, TEMPLATES, DataError, build_prompt, load_problems  # noqa: E402
 from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer  # noqa: E402
 
 RECO_FIELDS = ("method", "occurrence", "occurrence_apply", "token_ratio", "focal_gamma", "variance_cap", "variance_norm")
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "math_small.jsonl"
+# Every numeric flag's values (ReCo's are reco_mini.LossConfig's): a new one fails tests/test_validation.py until
+# it gets its rule here.
+NUMBERS = {
+    "max_steps": Allowed(0),  # 0 = 100, or 10 with --tiny
+    "prompts_per_step": Allowed(1),
+    "num_generations": Allowed(2),  # group-relative advantages need two completions
+    "micro_batch": Allowed(0),  # 0 = the whole step
+    "num_iterations": Allowed(1),
+    "max_completion_length": Allowed(0),  # 0 = 1024, or 24 with --tiny
+    "temperature": Allowed(0, open_low=True),
+    "lr": Allowed(0),  # 0 = 1e-6, or 1e-3 with --tiny
+    "seed": Allowed(0),
+}
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="trl_reco.py", usage="%(prog)s (--tiny | --model NAME_OR_DIR) [flags]",
+                       description=__doc__.split("\n")[0])
+
+    def add(flag: str, default, help: str = "", choices=None, **kwargs) -> None:
+        p.add_argument(flag, default=default, help=flag_help(help, default, choices), **kwargs)
+
+    add("--data", str(FIXTURE), "problems: a JSONL/parquet file, a dataset directory or a hub name NAME[:CONFIG][:SPLIT]",
+        metavar="SOURCE")
+    add("--model", "", "Hugging Face model name or directory", metavar="NAME_OR_DIR")
+    p.add_argument("--tiny", action="store_true", help="a random tiny Qwen2 (offline, CPU); no --model needed")
+    add("--template", "", "prompt template (default: plain with --tiny, else qwen-boxed)", TEMPLATES, metavar="NAME")
+    add("--max-steps", 0, "optimizer steps (0: 100, or 10 with --tiny)", type=int, metavar="N")
+    add("--prompts-per-step", 4, "prompts per optimizer step", type=int, metavar="N")
+    add("--num-generations", 8, "G, completions per prompt", type=int, metavar="N")
+    add("--micro-batch", 0, "rows per forward/backward (0: the whole step)", type=int, metavar="N")
+    add("--num-iterations", 1, "optimizer steps on each generation batch", type=int, metavar="N")
+    add("--max-completion-length", 0, "completion length limit (0: 1024, or 24 with --tiny)", type=int, metavar="N")
+    add("--temperature", 1.0, "sampling temperature", type=float, metavar="X")
+    add("--lr", 0.0, "learning rate (0: 1e-6, or 1e-3 with --tiny)", type=float, metavar="X")
+    p.add_argument("--use-vllm", action="store_true", help="generate with vLLM colocated (GPU)")
+    add("--seed", 0, "seed of the model's initialisation and of the trainer", type=int, metavar="N")
+    add("--out", "runs/trl_reco", "output directory; the final model goes to its final/", metavar="DIR")
+    fields = ReCoGRPOConfig.__dataclass_fields__
+    choices = CHOICES | {"occurrence": OCCURRENCES, "token_ratio": TOKEN_RATIOS}
+    add("--method", None, "the method whose parts fill the three flags after it (default: reco)", METHODS,
+        metavar="NAME")
+    for name in RECO_FIELDS[1:]:  # ReCo's settings, with the help text of reco_mini.LossConfig
+        kind = {"focal_gamma": float, "variance_cap": float}.get(name, str)
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, metavar="X" if kind is float else "NAME",
+                       help=flag_help(fields[name].metadata["help"], fields[name].default, choices.get(name)))
+    return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=str(FIXTURE), help="problems: a JSONL/parquet file, a dataset directory "
-                   "or NAME[:CONFIG][:SPLIT]")
-    p.add_argument("--model", default="", help="Hugging Face model name or directory")
-    p.add_argument("--tiny", action="store_true", help="a random tiny Qwen2 (offline, CPU); no --model needed")
-    p.add_argument("--template", default="", help="qwen-boxed | chat | plain (default: plain with --tiny, else qwen-boxed)")
-    p.add_argument("--max-steps", type=int, default=0, help="optimizer steps (default 100, or 10 with --tiny)")
-    p.add_argument("--prompts-per-step", type=int, default=4)
-    p.add_argument("--num-generations", type=int, default=8, help="G, completions per prompt")
-    p.add_argument("--micro-batch", type=int, default=0, help="rows per forward/backward (default: the whole step)")
-    p.add_argument("--num-iterations", type=int, default=1, help="optimizer steps on each generation batch")
-    p.add_argument("--max-completion-length", type=int, default=0, help="default 1024, or 24 with --tiny")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--lr", type=float, default=0.0, help="default 1e-6, or 1e-3 with --tiny")
-    p.add_argument("--use-vllm", action="store_true", help="generate with vLLM colocated (GPU)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/trl_reco")
-    fields = ReCoGRPOConfig.__dataclass_fields__
-    for name in RECO_FIELDS:  # ReCo's settings, with the help text of reco_mini.LossConfig
-        kind = float if name in ("focal_gamma", "variance_cap") else str
-        p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help=fields[name].metadata["help"])
+    """The flags, every value checked (one line and exit code 2 when one is bad) before anything is read or loaded."""
+    p = build_parser()
     args = p.parse_args(argv)
     if not (args.tiny or args.model):
         p.error("give --model NAME_OR_PATH, or --tiny")
+    for name, rule in NUMBERS.items():
+        if not (check := rule.check(name, getattr(args, name)))[1]:
+            p.error(f"--{name.replace('_', '-')} {check[2]}")
+    if args.template not in ("", *TEMPLATES):
+        p.error(f"--template must be one of {list(TEMPLATES)}, got {args.template!r}")
+    if (args.method or "reco") not in METHODS:
+        p.error(f"--method must be one of {list(METHODS)}, got {args.method!r}")
+    try:  # ReCo's settings: reco_mini's checks
+        LossConfig(**{k: getattr(args, k) for k in RECO_FIELDS[1:] if getattr(args, k) is not None})
+    except ConfigError as e:
+        p.error(str(e))
+    rows = args.prompts_per_step * args.num_generations
+    if args.micro_batch and rows % args.micro_batch:
+        p.error(f"--micro-batch must divide --prompts-per-step x --num-generations ({rows}), got {args.micro_batch}")
+    if args.model and (problem := reco_io.model_problem(args.model)):
+        p.error(f"--model {problem}")
     return args
 
 
@@ -96,6 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(args.seed)
     if not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)  # as reco_scaled on CPU: a tiny model gains nothing from more, and shared cores lose
+    problems = load_problems(args.data)  # the data before the model: a bad file fails in a second
     if args.tiny:
         model, tokenizer = tiny_model_and_tokenizer()
     else:
@@ -104,7 +151,6 @@ def main(argv: list[str] | None = None) -> dict:
         except OSError as e:
             raise DataError(f"--model {args.model}: cannot load it ({(str(e).strip().splitlines() or ['?'])[0]})") from e
     template = args.template or ("plain" if args.tiny else "qwen-boxed")
-    problems = load_problems(args.data)
     if template == "chat":  # conversational: TRL applies the chat template (and adds no second BOS)
         prompts = [[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": p["problem"]}]
                    for p in problems]
@@ -114,8 +160,6 @@ def main(argv: list[str] | None = None) -> dict:
 
     rows = args.prompts_per_step * args.num_generations
     micro = args.micro_batch or rows
-    if rows % micro:
-        sys.exit(f"--micro-batch {micro} must divide --prompts-per-step x --num-generations = {rows}")
     reco = {k: getattr(args, k) for k in RECO_FIELDS if getattr(args, k) is not None}
     config = ReCoGRPOConfig(
         output_dir=args.out, max_steps=args.max_steps or (10 if args.tiny else 100), seed=args.seed,
@@ -132,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.save_model(str(Path(args.out) / "final"))
     last = [r for r in trainer.state.log_history if "loss" in r][-1]
     print(json.dumps({k: last[k] for k in sorted(last) if k.startswith(("reward", "reco/", "loss", "step"))}))
+    print(f"saved the final model (Hugging Face format) to {Path(args.out) / 'final'}")
     return last
 
 

@@ -48,6 +48,43 @@ def latest(root: Path) -> Path | None:
     return done[-1] if done else None
 
 
+# The keys that make a run what it is: a checkpoint written under other values is another run's, and resuming it
+# would continue that run as this one (a "config keys changed" note was all a resume of ReCo as GRPO used to get).
+IDENTITY_KEYS = ("task", "data.train", "model.path", "algo.method", "algo.occurrence", "algo.token_ratio",
+                 "algo.focal_gamma")
+
+
+def resume_point(cfg) -> Path | None:
+    """The checkpoint a run resumes (cfg: a reco_scaled.config.RunConfig; checkpoint.resume: "auto", the latest under
+    <out>/checkpoints; "never"; or a checkpoint directory), or None. CheckpointError when "never" finds checkpoints,
+    a named directory does not exist, or the checkpoint was written for another run (IDENTITY_KEYS differ: each is
+    named). It reads trainer.json only, so the entry point asks before it takes the lock or loads a model."""
+    from reco_scaled.config import flatten, get
+
+    root, mode = cfg.out_dir / "checkpoints", cfg.checkpoint.resume
+    found = latest(root)
+    if mode == "never":
+        if found is not None:
+            raise CheckpointError(f"{root} already holds checkpoints ({found.name}) and checkpoint.resume is 'never'; "
+                                  "use resume=auto or a new run name")
+        return None
+    path = found if mode == "auto" else Path(mode)
+    if path is None:
+        return None
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint.resume: {path} is not a checkpoint directory")
+    try:
+        written = flatten(json.loads((path / "trainer.json").read_text())["config"])
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is not a complete checkpoint (no trainer.json)") from None
+    differ = [f"{key}={written.get(key)!r} there, {get(cfg, key)!r} here" for key in IDENTITY_KEYS
+              if written.get(key) != get(cfg, key)]
+    if differ:
+        raise CheckpointError(f"checkpoint {path} is another run's ({'; '.join(differ)}): resuming it would continue "
+                              "that run as this one; use another name or out, or set these keys as they were")
+    return path
+
+
 def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict,
          d: distributed.Dist, keep: int) -> Path:
     """Every rank calls this; returns the checkpoint directory."""

@@ -17,7 +17,9 @@ import yaml
 
 import reco_io
 import reco_log
+from reco_io import POSITIVE, Allowed
 from reco_mini import METHODS, LossConfig, loss_config
+from reco_scaled.rollout.factory import ENGINES
 
 
 class ConfigError(ValueError):
@@ -129,21 +131,66 @@ CHOICES = {
     "model.precision": ("bf16", "fp32"),
     "data.template": ("qwen-boxed", "chat", "plain"),
     "algo.method": tuple(METHODS),  # the other algo keys are checked by reco_mini.LossConfig
-    "rollout.engine": ("hf", "vllm"),
+    "rollout.engine": ENGINES,
     "rollout.sleep_level": (1, 2),
     "train.parallel": ("ddp", "fsdp2"),
 }
-POSITIVE = ("rollout.max_new_tokens", "rollout.engine_batch_size", "rollout.temperature", "train.steps",
-            "train.prompts_per_step", "train.epochs", "train.minibatches", "train.micro_batch_size", "train.lr",
-            "checkpoint.keep", "data.max_prompt_tokens", "train.dist_timeout_minutes")
+# Every numeric key but algo's (reco_mini.LossConfig checks those) and rollout.sleep_level (a choice): a new one fails
+# tests/test_validation.py until it gets its rule here.
+NUMBERS = {
+    "seed": Allowed(0),
+    "countdown.n_train": Allowed(1),
+    "countdown.n_test": Allowed(1),
+    "countdown.hidden": reco_io.RUN_NUMBERS["hidden"],
+    "countdown.layers": Allowed(1),
+    "countdown.sft_steps": Allowed(1),
+    "countdown.sft_batch": Allowed(1),
+    "countdown.sft_lr": POSITIVE,
+    "data.max_prompt_tokens": Allowed(1),
+    "rollout.group_size": Allowed(2),  # group-relative advantages need two responses
+    "rollout.temperature": POSITIVE,
+    "rollout.max_new_tokens": Allowed(1),
+    "rollout.engine_batch_size": Allowed(1),
+    "rollout.gpu_memory_utilization": Allowed(0, 1, open_low=True),
+    "rollout.tensor_parallel_size": Allowed(1),
+    "rollout.max_model_len": Allowed(1),
+    "train.steps": Allowed(1),
+    "train.prompts_per_step": Allowed(1),
+    "train.epochs": Allowed(1),
+    "train.minibatches": Allowed(1),
+    "train.micro_batch_size": Allowed(1),
+    "train.lr": POSITIVE,
+    "train.weight_decay": Allowed(0),
+    "train.warmup_steps": Allowed(0),
+    "train.grad_clip": POSITIVE,  # the norm the gradient is clipped to: 0 would zero every update
+    "train.dist_timeout_minutes": POSITIVE,
+    "checkpoint.every": Allowed(0),  # 0 = the last step only
+    "checkpoint.keep": Allowed(1),
+}
+
+
+CONFIGS = Path(__file__).resolve().parent / "configs"  # the shipped configs, installed as package data (pyproject.toml)
+
+
+def config_path(name: str | Path) -> Path:
+    """A config's file: `name` itself when it exists, else the shipped config of that name (tiny-cpu, or its path in
+    the repository, reco_scaled/configs/tiny-cpu.yaml, which works outside the checkout too); raises ConfigError."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    shipped = CONFIGS / (path.name if path.suffix == ".yaml" else f"{path.name}.yaml")
+    if shipped.is_file() and path.parent in (Path("."), Path("reco_scaled/configs")):
+        return shipped
+    names = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+    raise ConfigError(f"config file {name} not found; the shipped configs, by name: {names}")
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
-    """Read a YAML config, apply `dotted.key=value` overrides, check it; raises ConfigError."""
+    """Read a YAML config (a file, or a shipped config by name: config_path), apply `dotted.key=value` overrides,
+    check it; raises ConfigError."""
+    path = config_path(path)
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} not found") from None
+        raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({e})") from None
     if not isinstance(raw, dict):
@@ -181,12 +228,12 @@ def validate(cfg: RunConfig) -> None:
     for key, choices in CHOICES.items():
         if (value := get(cfg, key)) not in choices:
             raise ConfigError(f"config key '{key}' must be one of {list(choices)}, got {value!r}")
-    for key in POSITIVE:
-        if not get(cfg, key) > 0:
-            raise ConfigError(f"config key '{key}' must be > 0, got {get(cfg, key)!r}")
+    for key, allowed in NUMBERS.items():
+        if not (check := allowed.check(key, get(cfg, key)))[1]:
+            raise ConfigError(f"config key '{key}' {check[2]}")
     for name, ok, message in LossConfig.checks(cfg.algo):
         if not ok:
-            raise ConfigError(f"config key 'algo.{name}' {message}, got {getattr(cfg.algo, name)!r}")
+            raise ConfigError(f"config key 'algo.{name}' {message}")
     for name in reco_io.mini_only(cfg.algo):
         raise ConfigError(f"config key 'algo.{name}' {getattr(cfg.algo, name)} is not supported by reco_scaled: the "
                           "peers' methods run in reco_mini's loop only (the positive-control study)")
@@ -195,8 +242,6 @@ def validate(cfg: RunConfig) -> None:
                           "canonical keys come from reco_mini's tasks only (reco_countdown.response_key); use count")
     if problem := reco_log.check_sinks(cfg.train.loggers):
         raise ConfigError(f"config key 'train.loggers' {problem}")
-    if cfg.rollout.group_size < 2:
-        raise ConfigError("config key 'rollout.group_size' must be >= 2 (group-relative advantages)")
     if not cfg.name:
         raise ConfigError("config key 'name' must not be empty")
     if cfg.task == "math" and not (cfg.model.path and cfg.data.train):

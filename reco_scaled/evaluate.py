@@ -13,7 +13,6 @@ time-bounded worker processes) while the engine samples the next problems. The P
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable, Iterable
@@ -21,14 +20,21 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from reco_grader import grade_group
-from reco_io import format_table, plot_pass_at_k
+from reco_io import (
+    Allowed,
+    ArgumentParser,
+    command_name,
+    flag_help,
+    format_table,
+    model_problem,
+    plot_pass_at_k,
+    tqdm,  # tqdm's bar; in a log file, a line a minute at most
+)
 from reco_mini import default_ks, pass_at_k
 from reco_scaled.data import BENCHMARKS, TEMPLATES, DataError, build_prompt, load_benchmark, load_problems, parse_source
 from reco_scaled.rollout.base import RolloutEngine
-from reco_scaled.rollout.factory import make_engine
+from reco_scaled.rollout.factory import ENGINES, make_engine
 
 # (problem texts, n, seed) -> n response texts per problem
 Sampler = Callable[[list[str], int, int], list[list[str]]]
@@ -282,8 +288,9 @@ def load_benchmarks(cfg: EvalConfig) -> dict[str, list[dict]]:
     return {name: probs[:cfg.limit] if cfg.limit else probs for name, probs in benches.items()}
 
 
-def _check_resume(out: Path, cfg: EvalConfig) -> None:
-    """Refuse to mix samples drawn under different settings into one counts file."""
+def _check_resume(out: Path, cfg: EvalConfig) -> dict:
+    """Refuse to mix samples drawn under different settings into one counts file; the settings to record once the
+    model has loaded (_record_settings), so that a model that fails to load leaves no file behind."""
     meta_path = out / "eval_config.json"
     meta = {k: getattr(cfg, k) for k in SAMPLING_KEYS}
     if meta_path.exists() and (out / "counts.jsonl").exists():
@@ -291,45 +298,82 @@ def _check_resume(out: Path, cfg: EvalConfig) -> None:
         diff = {k: (old.get(k), v) for k, v in meta.items() if old.get(k) != v}
         if diff:
             raise DataError(f"{out}: resuming with different settings {diff} (old, new); use another --out")
+    return meta
+
+
+def _record_settings(out: Path, meta: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    (out / "eval_config.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+# Every numeric setting's values: a new one fails tests/test_validation.py until it gets its rule here.
+NUMBERS = {
+    "n": Allowed(1),
+    "temperature": Allowed(0),  # 0 = greedy
+    "top_p": Allowed(0, 1, open_low=True),
+    "max_new_tokens": Allowed(1),
+    "seed": Allowed(0),
+    "limit": Allowed(0),  # 0 = every problem
+    "prompts_per_call": Allowed(1),
+    "hf_batch_size": Allowed(1),
+    "workers": Allowed(0),  # 0 = in the loop
+    "max_model_len": Allowed(0),  # 0 = max_new_tokens + 1024
+    "gpu_memory_utilization": Allowed(0, 1, open_low=True),
+    "tensor_parallel_size": Allowed(1),
+}
 
 
 def parse_config(argv: list[str] | None = None) -> EvalConfig:
+    """The settings from the command line, every value checked (one line and exit code 2 when one is bad) before
+    anything is read or loaded."""
     d = EvalConfig()
-    p = argparse.ArgumentParser(prog="python -m reco_scaled.evaluate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", help="HF model name or local directory (from_pretrained)")
-    p.add_argument("--benchmarks", default=d.benchmarks, help=f"comma-separated: {','.join(BENCHMARKS)}")
-    p.add_argument("--files", nargs="+", default=[], metavar="NAME=SOURCE",
-                   help="extra benchmarks: JSONL/parquet files, dataset directories or hub names NAME[:CONFIG][:SPLIT]")
-    p.add_argument("--data-dir", default=d.data_dir,
-                   help="where <benchmark>.jsonl files live; a benchmark without one is read from the hub")
-    p.add_argument("--n", type=int, default=d.n, help="samples per problem")
-    p.add_argument("--temperature", type=float, default=d.temperature)
-    p.add_argument("--top-p", type=float, default=d.top_p)
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--template", choices=TEMPLATES, default=d.template)
-    p.add_argument("--engine", choices=("hf", "vllm"), default=d.engine)
-    p.add_argument("--out", help="output directory (default runs/eval/<model name>)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--limit", type=int, default=d.limit, help="only the first N problems of each benchmark")
-    p.add_argument("--prompts-per-call", type=int, default=d.prompts_per_call)
-    p.add_argument("--hf-batch-size", type=int, default=d.hf_batch_size)
-    p.add_argument("--workers", type=int, default=d.workers,
-                   help="problems graded at once, in threads over reco_grader's worker processes (0: in the loop)")
-    p.add_argument("--ks", default=d.ks, help="comma-separated k (default 1,2,4,...,n)")
-    p.add_argument("--from-counts", nargs="+", default=[], metavar="[NAME=]PATH", help="report these counts files")
-    p.add_argument("--compare", nargs="+", default=[], metavar="NAME=PATH", help="overlay these runs on the plot")
-    p.add_argument("--max-model-len", type=int, default=d.max_model_len)
-    p.add_argument("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization)
-    p.add_argument("--tensor-parallel-size", type=int, default=d.tensor_parallel_size)
+    p = ArgumentParser(prog=command_name("reco_scaled.evaluate", "python -m reco_scaled.evaluate"),
+                       description=__doc__.split("\n\n")[0])
+
+    def add(flag: str, help: str = "", choices=None, **kwargs) -> None:
+        default = kwargs.setdefault("default", getattr(d, flag[2:].replace("-", "_")))
+        p.add_argument(flag, help=flag_help(help, default if default != [] else None, choices), **kwargs)
+
+    add("--model", "HF model name or local directory (from_pretrained); omit to only report counts", metavar="NAME_OR_DIR")
+    add("--benchmarks", "comma-separated registry names", BENCHMARKS, metavar="NAMES")
+    add("--files", "extra benchmarks, each a JSONL/parquet file, a dataset directory or a hub name "
+        "NAME[:CONFIG][:SPLIT], as NAME=SOURCE", nargs="+", metavar="NAME=SOURCE")
+    add("--data-dir", "where <benchmark>.jsonl files live; a benchmark without one is read from the hub", metavar="DIR")
+    add("--n", "samples per problem", type=int, metavar="N")
+    add("--temperature", "sampling temperature (0 = greedy)", type=float, metavar="X")
+    add("--top-p", "nucleus sampling's mass", type=float, metavar="X")
+    add("--max-new-tokens", "response length limit", type=int, metavar="N")
+    add("--template", "prompt template", TEMPLATES, metavar="NAME")
+    add("--engine", "rollout engine", ENGINES, metavar="NAME")
+    add("--out", "output directory (default runs/eval/<model name>)", metavar="DIR")
+    add("--seed", "seed of problem i's samples: seed + i*n", type=int, metavar="N")
+    add("--limit", "only the first N problems of each benchmark (0 = all)", type=int, metavar="N")
+    add("--prompts-per-call", "problems per engine call", type=int, metavar="N")
+    add("--hf-batch-size", "hf engine: sequences decoded at once", type=int, metavar="N")
+    add("--workers", "problems graded at once, in threads over reco_grader's worker processes (0 = in the loop)",
+        type=int, metavar="N")
+    add("--ks", "comma-separated k (default 1,2,4,...,n)", metavar="K,K,...")
+    add("--from-counts", "report these counts files", nargs="+", metavar="[NAME=]PATH")
+    add("--compare", "overlay these runs on the plot", nargs="+", metavar="NAME=PATH")
+    add("--max-model-len", "vllm: prompt + response tokens (0 = --max-new-tokens + 1024)", type=int, metavar="N")
+    add("--gpu-memory-utilization", "vllm: its share of the GPU's memory", type=float, metavar="X")
+    add("--tensor-parallel-size", "vllm: GPUs per model", type=int, metavar="N")
     cfg = EvalConfig(**vars(p.parse_args(argv)))
+    for name, rule in NUMBERS.items():
+        if not (check := rule.check(name, getattr(cfg, name)))[1]:
+            p.error(f"--{name.replace('_', '-')} {check[2]}")
+    for name, value, choices in (("template", cfg.template, TEMPLATES), ("engine", cfg.engine, ENGINES)):
+        if value not in choices:
+            p.error(f"--{name} must be one of {list(choices)}, got {value!r}")
+    if unknown := [b for b in cfg.benchmarks.split(",") if b and b not in BENCHMARKS]:
+        p.error(f"--benchmarks must be a comma-separated subset of {list(BENCHMARKS)}, got {unknown[0]!r} "
+                "(--files NAME=SOURCE reads others)")
     if not cfg.model and not (cfg.from_counts or cfg.compare):
         p.error("give --model to evaluate, or --from-counts/--compare to report existing counts")
     if cfg.model and not (cfg.benchmarks or cfg.files):
         p.error("give --benchmarks and/or --files")
-    if cfg.n < 1 or cfg.top_p <= 0 or cfg.top_p > 1 or cfg.temperature < 0:
-        p.error("need --n >= 1, 0 < --top-p <= 1 and --temperature >= 0")
+    if cfg.ks and not all(k.strip().isdigit() and int(k) >= 1 for k in cfg.ks.split(",")):
+        p.error(f"--ks must be comma-separated integers >= 1, got {cfg.ks!r}")
     return cfg
 
 
@@ -343,12 +387,15 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         if cfg.model:
             name = Path(cfg.model.rstrip("/")).name
             out = Path(cfg.out or f"runs/eval/{name}")
-            benchmarks = load_benchmarks(cfg)
-            _check_resume(out, cfg)
+            benchmarks = load_benchmarks(cfg)  # the data before the model: a bad file fails in a second
+            if problem := model_problem(cfg.model):
+                raise DataError(f"--model {problem}")
+            settings = _check_resume(out, cfg)
             try:
                 sampler = make_sampler(cfg)
             except OSError as e:  # a model that cannot be loaded is bad input, like a bad data file
                 raise DataError(f"--model {cfg.model}: cannot load it ({(str(e).strip().splitlines() or ['?'])[0]})") from e
+            _record_settings(out, settings)
             run_eval(sampler, benchmarks, out / "counts.jsonl", n=cfg.n, seed=cfg.seed,
                      prompts_per_call=cfg.prompts_per_call, workers=cfg.workers)
             runs = {name: out / "counts.jsonl"} | runs
@@ -362,7 +409,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         print("\n" + format_table(summary, f"== {run} ({runs[run]})"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
-    plot = plot_pass_at_k(summaries, out / "pass_at_k.png", title="Pass@k: " + " vs ".join(summaries))
+    n = min(s["n"] for summary in summaries.values() for s in summary.values())
+    sampling = f", temperature {cfg.temperature:g}, top-p {cfg.top_p:g}, seed {cfg.seed}" if cfg.model else ""
+    plot = plot_pass_at_k(summaries, out / "pass_at_k.png", title="Pass@k: " + " vs ".join(summaries),
+                          caption=f"n = {n} samples per problem{sampling}")
     print(f"\nwrote {out / 'summary.json'} and {plot}")
     return summaries
 

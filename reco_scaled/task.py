@@ -13,7 +13,7 @@ import torch
 
 from reco_countdown import make_splits
 from reco_io import has_bos
-from reco_scaled.config import RunConfig
+from reco_scaled.config import ConfigError, RunConfig
 from reco_task import TASKS
 
 
@@ -28,21 +28,23 @@ class Task:
         return self.task.rewards([self.problems[i] for i in indices], responses)
 
 
-def load_task(cfg: RunConfig, tokenizer) -> Task:
+def load_task(cfg: RunConfig, tokenizer, problems: list[dict] | None = None) -> Task:
+    """The training problems and their tokenised prompts; task math's `problems`, when given, are not read again."""
     if cfg.task == "countdown":
         from reco_scaled.model import mini_config
 
-        problems: list = make_splits(mini_config(cfg))["train"]
+        problems = make_splits(mini_config(cfg))["train"]
         texts = [TASKS["countdown"].prompt(p, tokenizer) for p in problems]
     else:
         from reco_scaled.data import build_prompt, load_problems
 
-        problems = load_problems(cfg.data.train, problem_key=cfg.data.problem_key, answer_key=cfg.data.answer_key)
+        problems = problems or load_problems(cfg.data.train, problem_key=cfg.data.problem_key,
+                                             answer_key=cfg.data.answer_key)
         texts = [build_prompt(tokenizer, p["problem"], template=cfg.data.template) for p in problems]
     ids = [tokenizer(t, add_special_tokens=not has_bos(t, tokenizer)).input_ids for t in texts]
     keep = [i for i, x in enumerate(ids) if len(x) <= cfg.data.max_prompt_tokens]
     if not keep:
-        raise ValueError(f"every prompt is longer than data.max_prompt_tokens={cfg.data.max_prompt_tokens}")
+        raise ConfigError(f"config key 'data.max_prompt_tokens' ({cfg.data.max_prompt_tokens}) is shorter than every prompt")
     return Task([problems[i] for i in keep], [ids[i] for i in keep], TASKS[cfg.task])
 
 

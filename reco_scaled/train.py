@@ -1,9 +1,12 @@
-"""Entry point: python -m reco_scaled.train --config <yaml> [section.key=value ...]
+"""Entry point: python -m reco_scaled.train --config <name or yaml> [section.key=value ...] (reco-train once installed)
 
-Under `torchrun --nproc_per_node=N` it runs on N ranks (DDP or FSDP2, see train.parallel).
-Exit codes: 0 done; 2 bad input, as one line (config key, batch arithmetic, checkpoint that does not match,
-malformed data file, model that cannot be loaded, a run directory another run is using); 1 anything else,
-including a rollout engine that fails to start.
+Under `torchrun --nproc_per_node=N` it runs on N ranks (DDP or FSDP2, see train.parallel). --config takes a YAML
+file or a shipped config by name (tiny-cpu; reco_scaled/configs/, installed with the package).
+Exit codes: 0 done; 2 bad input, as one line (config key, batch arithmetic, checkpoint that does not match or is
+another run's, malformed data file, model that cannot be loaded, a run directory another run is using); 1 anything
+else, including a rollout engine that fails to start. Bad input is found before the run directory is touched where
+it can be (the config, the data, the model's path, the checkpoint to resume); a later one leaves no directory behind
+that this run created.
 
 A run holds an exclusive lock on its directory (<out>/.lock) while it lives, and under torchrun every worker
 dies with its launcher (issue 32 item 10): a killed job leaves no orphan writing its log and checkpoints, and
@@ -11,7 +14,6 @@ a restart on the same directory refuses while one is still alive.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import fcntl
 import os
@@ -20,32 +22,70 @@ import sys
 import time
 from pathlib import Path
 
-from reco_data import DataError
-from reco_scaled.config import ConfigError, load_config
+import reco_io
+from reco_data import DataError, load_problems
+from reco_scaled.checkpoint import CheckpointError, resume_point
+from reco_scaled.config import CONFIGS, ConfigError, batch_plan, load_config
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reco_scaled.train", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True, help="YAML file, e.g. reco_scaled/configs/tiny-cpu.yaml")
+    parser = reco_io.ArgumentParser(prog=reco_io.command_name("reco_scaled.train", "python -m reco_scaled.train"),
+                                    description=__doc__.split("\n")[0])
+    shipped = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+    parser.add_argument("--config", required=True, metavar="NAME_OR_FILE",
+                        help=f"a YAML file, or a shipped config by name: {shipped}")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. train.steps=4 rollout.engine=hf")
     args = parser.parse_args(argv)
     _die_with_launcher()
     main_rank = os.environ.get("RANK", "0") == "0"
     try:
         cfg = load_config(args.config, args.overrides)
+        problems = check_inputs(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     except ConfigError as e:
         return _fail(f"config error: {e}", 2, main_rank)
+    except DataError as e:
+        return _fail(f"data error: {e}", 2, main_rank)
+    except CheckpointError as e:
+        return _fail(f"checkpoint error: {e}", 2, main_rank)
+    created = not cfg.out_dir.exists()
     lock = _lock_run_dir(cfg.out_dir) if main_rank else contextlib.nullcontext()
     if lock is None:
         return _fail(f"error: out={str(cfg.out_dir)!r} is in use by another run that is still alive "
                      f"(it holds {cfg.out_dir / '.lock'}); wait for it, stop it, or choose another out", 2, main_rank)
     with lock:
-        return _train(cfg)
+        code = _train(cfg, problems)
+    if code == 2 and main_rank and created:
+        _discard_unused(cfg.out_dir)
+    return code
 
 
-def _train(cfg) -> int:
+def check_inputs(cfg, world_size: int) -> list[dict] | None:
+    """The bad input that can be found before the run directory is touched or a model loads: the batch arithmetic,
+    the data (task math: read and checked whole; returned, so that it is not read twice), the model's path (a local
+    directory that exists, or a hub name that can be fetched: reco_io.model_problem) and the checkpoint to resume."""
+    batch_plan(cfg, world_size)
+    problems = None
+    if cfg.task == "math":
+        problems = load_problems(cfg.data.train, problem_key=cfg.data.problem_key, answer_key=cfg.data.answer_key)
+    if cfg.model.path and (problem := reco_io.model_problem(cfg.model.path)):
+        raise ConfigError(f"config key 'model.path' {problem}")
+    resume_point(cfg)
+    return problems
+
+
+def _discard_unused(out_dir: Path) -> None:
+    """Remove the run directory this run created when bad input stopped it before it wrote anything but its lock
+    and an empty log."""
+    files = list(out_dir.iterdir())
+    if all(f.name in (".lock", "log.jsonl") and f.is_file() and (f.name == ".lock" or not f.stat().st_size)
+           for f in files):
+        for f in files:
+            f.unlink()
+        out_dir.rmdir()
+
+
+def _train(cfg, problems: list[dict] | None = None) -> int:
     from reco_scaled import distributed
-    from reco_scaled.checkpoint import CheckpointError
     from reco_scaled.rollout.factory import EngineStartError
     from reco_scaled.trainer import Trainer
 
@@ -53,7 +93,7 @@ def _train(cfg) -> int:
     trainer, finished = None, False
     try:
         t = time.perf_counter()
-        trainer = Trainer(cfg, d)
+        trainer = Trainer(cfg, d, problems)
         set_up = time.perf_counter() - t
         trainer.fit()
         finished = True

@@ -25,13 +25,12 @@ import math
 import random
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 import reco_log
+from reco_io import tqdm  # tqdm.auto's bar; in a log file, a line a minute at most
 from reco_mini import focal_scale, group_advantages, k3, occurrence_weights
 from reco_scaled import checkpoint, distributed
 from reco_scaled.config import RunConfig, batch_plan, describe, flatten
@@ -42,14 +41,16 @@ from reco_scaled.task import PromptSampler, load_task
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, d: distributed.Dist) -> None:
+    def __init__(self, cfg: RunConfig, d: distributed.Dist, problems: list[dict] | None = None) -> None:
+        """`problems`: task math's training problems when the caller has read them already (reco_scaled.train reads
+        them before any model loads); else they are read here."""
         self.cfg, self.d = cfg, d
         self.plan = batch_plan(cfg, d.world_size)
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         lm, self.tokenizer, model_dir = load_lm(cfg, d)
         self.signature = checkpoint.signature(lm)
-        self.task = load_task(cfg, self.tokenizer)
+        self.task = load_task(cfg, self.tokenizer, problems)
         self.sampler = PromptSampler(len(self.task.problems), cfg.seed)
         self.bf16 = d.device.type == "cuda" and cfg.model.precision == "bf16"
         if d.main:
@@ -92,19 +93,7 @@ class Trainer:
 
     def _resume(self) -> None:
         cfg, d = self.cfg, self.d
-        mode = cfg.checkpoint.resume
-        found = checkpoint.latest(self.ckpt_root)
-        if mode == "never":
-            if found is not None:
-                raise checkpoint.CheckpointError(f"{self.ckpt_root} already holds checkpoints ({found.name}) and "
-                                                 "checkpoint.resume is 'never'; use resume=auto or a new run name")
-            path = None
-        elif mode == "auto":
-            path = found
-        else:
-            path = Path(mode)
-            if not path.is_dir():
-                raise checkpoint.CheckpointError(f"checkpoint.resume: {path} is not a checkpoint directory")
+        path = checkpoint.resume_point(cfg)  # another run's checkpoint is refused, naming the keys
         if d.main:
             cfg.out_dir.mkdir(parents=True, exist_ok=True)
         if path is None:

@@ -1,0 +1,420 @@
+"""Every bad value is refused before any work (issue 44): one line naming the flag (or config key), the value and what
+is allowed, exit code 2, no traceback and no file left behind, at every entry point.
+
+The enumeration tests walk every numeric field of reco_mini's Config, reco_scaled's RunConfig, reco_scaled.evaluate's
+EvalConfig and examples/trl_reco.py's flags with 0, a negative value, NaN and infinity (where the type allows): each
+is refused unless this file says what it means there (ZERO_MEANS), so that a new field without a check fails here.
+They run in this process; a few cases run as a user would, in a subprocess.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import typing
+from dataclasses import asdict, fields
+from pathlib import Path
+
+import pytest
+import torch
+
+import reco_io
+import reco_mini
+from reco_scaled import config as scaled_config
+from reco_scaled import evaluate
+from reco_scaled import train as scaled_train
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+NUMERIC = (int, float, float | None)
+
+# The fields where 0 is a value with a meaning; everywhere else 0 means nothing and is refused. A negative value,
+# NaN and infinity are refused everywhere (the sentinel -1 of --eval-seed and --head-chunk is not probed: -3 is).
+MINI_ZERO_MEANS = {
+    "seed": "a seed", "eval_seed": "a seed", "focal_gamma": "GRPO's advantages", "dual_clip": "off", "kl_coef": "off",
+    "ucpo_tau": "UCPO without its uniform share", "simko_alpha": "no spreading", "simko_quantile": "every token",
+    "grad_clip": "off", "max_new_tokens": "the task's", "eval_batch": "the task's", "eval_every": "at the end only",
+    "micro_batch": "the whole mini-batch", "head_chunk": "full logits",
+}
+SCALED_ZERO_MEANS = {
+    "seed": "a seed", "algo.focal_gamma": "GRPO's advantages", "algo.dual_clip": "off", "algo.kl_coef": "off",
+    "algo.ucpo_tau": "-", "algo.simko_alpha": "-", "algo.simko_quantile": "-", "train.weight_decay": "none",
+    "train.warmup_steps": "no warm-up", "checkpoint.every": "the last step only",
+}
+EVAL_ZERO_MEANS = {"temperature": "greedy", "seed": "a seed", "limit": "every problem", "workers": "in the loop",
+                   "max_model_len": "--max-new-tokens + 1024"}
+TRL_ZERO_MEANS = {"max_steps": "the default", "micro_batch": "the whole step", "max_completion_length": "the default",
+                  "lr": "the default", "seed": "a seed", "focal_gamma": "GRPO's advantages"}
+
+
+def probes(kind: type) -> list[str]:
+    return ["0", "-3"] + (["nan", "inf"] if kind is not int else [])
+
+
+def cases(numeric: dict[str, type]) -> list[tuple[str, str]]:
+    return [(name, value) for name, kind in numeric.items() for value in probes(kind)]
+
+
+def one_error_line(err: str, prefix: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(prefix) and "Traceback" not in err, err
+    return lines[0]
+
+
+def shown(value: str, kind: type) -> str:
+    """How the error shows a probe: the value as the field holds it."""
+    return repr(int(value) if kind is int else float(value))
+
+
+# ---------------------------------------------------------------------------------------------- reco_mini
+
+MINI_NUMERIC = {f.name: {"int": int, "float": float, "float | None": float}[f.type]
+                for f in fields(reco_mini.Config) if f.type in ("int", "float", "float | None")}
+
+
+def test_every_numeric_field_of_reco_mini_is_enumerated():
+    assert len(MINI_NUMERIC) >= 35 and {"pass_k", "simko_lambda", "hidden", "epochs", "lr"} <= set(MINI_NUMERIC)
+    assert set(MINI_ZERO_MEANS) <= set(MINI_NUMERIC)
+
+
+@pytest.mark.parametrize("name, value", cases(MINI_NUMERIC))
+def test_reco_mini_refuses_every_value_that_means_nothing(name, value, tmp_path, monkeypatch, capsys):
+    flag = "--" + name.replace("_", "-")
+    if value == "0" and name in MINI_ZERO_MEANS:
+        assert isinstance(reco_mini.parse_config([flag, value]), reco_mini.Config)  # 0 may resolve to the task's
+        return
+    monkeypatch.chdir(tmp_path)
+
+    def accepted(cfg):
+        raise AssertionError(f"{flag} {value} was accepted")
+
+    monkeypatch.setattr(reco_io, "refuse_reuse", accepted)  # main's first step after parsing: fail at once
+    with pytest.raises(SystemExit) as exc:
+        reco_mini.main([flag, value])
+    assert exc.value.code == 2
+    line = one_error_line(capsys.readouterr().err, f"reco_mini.py: error: {flag} ")
+    assert f"got {shown(value, MINI_NUMERIC[name])}" in line
+    assert not list(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------------------------------- reco_scaled.train
+
+SCALED_NUMERIC = {key: (int if kind is int else float) for key, kind in scaled_config._fields(scaled_config.RunConfig).items()
+                  if kind in NUMERIC}
+
+
+def test_every_numeric_key_of_reco_scaled_is_enumerated():
+    assert len(SCALED_NUMERIC) >= 40 and {"train.lr", "rollout.sleep_level", "algo.pass_k"} <= set(SCALED_NUMERIC)
+    assert set(SCALED_ZERO_MEANS) <= set(SCALED_NUMERIC)
+
+
+@pytest.mark.parametrize("key, value", cases(SCALED_NUMERIC))
+def test_reco_scaled_refuses_every_value_that_means_nothing(key, value, tmp_path, monkeypatch, capsys):
+    if value == "0" and key in SCALED_ZERO_MEANS:
+        assert scaled_config.get(scaled_config.load_config("tiny-cpu", [f"{key}=0"]), key) == 0
+        return
+    monkeypatch.chdir(tmp_path)
+
+    def accepted(cfg, problems=None):
+        raise AssertionError(f"{key}={value} was accepted")
+
+    monkeypatch.setattr(scaled_train, "_train", accepted)
+    assert scaled_train.main(["--config", "tiny-cpu", f"{key}={value}"]) == 2
+    line = one_error_line(capsys.readouterr().err, f"config error: config key '{key}' ")
+    assert f"got {shown(value, SCALED_NUMERIC[key])}" in line
+    assert not list(tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------------------------------- reco_scaled.evaluate
+
+EVAL_NUMERIC = {f.name: kind for f in fields(evaluate.EvalConfig)
+                if (kind := typing.get_type_hints(evaluate.EvalConfig)[f.name]) in NUMERIC}
+
+
+def test_every_numeric_field_of_reco_eval_is_enumerated():
+    assert set(EVAL_NUMERIC) == set(evaluate.NUMBERS) and set(EVAL_ZERO_MEANS) <= set(EVAL_NUMERIC)
+
+
+@pytest.mark.parametrize("name, value", cases(EVAL_NUMERIC))
+def test_reco_eval_refuses_every_value_that_means_nothing(name, value, capsys):
+    argv = ["--from-counts", "counts.jsonl", "--" + name.replace("_", "-"), value]
+    if value == "0" and name in EVAL_ZERO_MEANS:
+        assert getattr(evaluate.parse_config(argv), name) == 0
+        return
+    with pytest.raises(SystemExit) as exc:
+        evaluate.parse_config(argv)  # main's first step: nothing is read or written before it
+    assert exc.value.code == 2
+    line = one_error_line(capsys.readouterr().err, f"python -m reco_scaled.evaluate: error: --{name.replace('_', '-')} ")
+    assert f"got {shown(value, EVAL_NUMERIC[name])}" in line
+
+
+# ---------------------------------------------------------------------------------------------- examples/trl_reco.py
+
+def load_trl_example():
+    pytest.importorskip("trl", reason="examples/trl_reco.py needs requirements-trl.txt (CI installs it)")
+    spec = importlib.util.spec_from_file_location("trl_reco", ROOT / "examples" / "trl_reco.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def trl_numeric() -> dict[str, type]:
+    if importlib.util.find_spec("trl") is None:
+        return {}
+    return {a.dest: a.type for a in load_trl_example().build_parser()._actions if a.type in (int, float)}
+
+
+TRL_NUMERIC = trl_numeric()
+
+
+def test_every_numeric_flag_of_trl_reco_is_enumerated():
+    pytest.importorskip("trl", reason="examples/trl_reco.py needs requirements-trl.txt (CI installs it)")
+    assert {"num_generations", "lr", "variance_cap", "focal_gamma"} <= set(TRL_NUMERIC)
+    assert set(TRL_ZERO_MEANS) <= set(TRL_NUMERIC)
+
+
+@pytest.mark.parametrize("name, value", cases(TRL_NUMERIC))
+def test_trl_reco_refuses_every_value_that_means_nothing(name, value, capsys):
+    example = load_trl_example()
+    argv = ["--tiny", "--" + name.replace("_", "-"), value]
+    if value == "0" and name in TRL_ZERO_MEANS:
+        assert getattr(example.parse_args(argv), name) == 0
+        return
+    with pytest.raises(SystemExit) as exc:
+        example.parse_args(argv)  # main's first step: nothing is read or written before it
+    assert exc.value.code == 2
+    line = one_error_line(capsys.readouterr().err, f"trl_reco.py: error: --{name.replace('_', '-')} ")
+    assert f"got {shown(value, TRL_NUMERIC[name])}" in line
+
+
+# ---------------------------------------------------------------------------------------------- the flags themselves
+
+def test_negative_numbers_are_values_and_get_the_range_error(capsys):
+    """`--lr -1e-4` used to be argparse's 'expected one argument'."""
+    for argv in (["--lr", "-1e-4"], ["--lr=-1e-4"], ["--focal-gamma", "-.5"], ["--eval-seed", "-2"]):
+        with pytest.raises(SystemExit):
+            reco_mini.parse_config(argv)
+        err = capsys.readouterr().err
+        assert "expected one argument" not in err and "must be" in err and "got -" in err, err
+    assert reco_mini.parse_config(["--eval-seed", "-1", "--head-chunk", "-1"]).eval_seed == -1
+
+
+def test_method_and_methods_together_are_an_error(capsys):
+    """`--method grpo --methods reco` used to run grpo alone, silently."""
+    with pytest.raises(SystemExit) as exc:
+        reco_mini.parse_config(["--method", "grpo", "--methods", "reco"])
+    assert exc.value.code == 2
+    line = one_error_line(capsys.readouterr().err, "reco_mini.py: error: ")
+    assert "--method grpo" in line and "--methods reco" in line
+    assert reco_mini.parse_config(["--method", "reco"]).methods == "reco"
+
+
+@pytest.mark.parametrize("parse, argv, suggestion", [
+    (scaled_train.main, ["--confg", "tiny-cpu"], "--config"),
+    (reco_mini.parse_config, ["--prompt-per-step", "4"], "--prompts-per-step"),
+    (evaluate.parse_config, ["--modle", "m"], "--model"),
+])
+def test_a_misspelt_flag_is_named_with_the_closest_one(parse, argv, suggestion, capsys):
+    """`--confg` used to say only that --config is required."""
+    with pytest.raises(SystemExit) as exc:
+        parse(argv)
+    assert exc.value.code == 2
+    line = one_error_line(capsys.readouterr().err, "")
+    assert f"unrecognized arguments: {argv[0]} (did you mean {suggestion}?)" in line and "required" not in line
+
+
+def test_trl_reco_typo_is_one_line(capsys):
+    """trl_reco's typos used to print 15 lines of usage."""
+    example = load_trl_example()
+    with pytest.raises(SystemExit) as exc:
+        example.parse_args(["--tiny", "--max-step", "3"])
+    assert exc.value.code == 2
+    assert "did you mean --max-steps?" in one_error_line(capsys.readouterr().err, "trl_reco.py: error: ")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch without CUDA")
+def test_cuda_without_cuda_names_the_torch_build(capsys):
+    """`--device cuda` on a CPU build of torch used to end in an AssertionError."""
+    with pytest.raises(SystemExit):
+        reco_mini.parse_config(["--device", "cuda"])
+    line = one_error_line(capsys.readouterr().err, "reco_mini.py: error: --device cuda: ")
+    assert torch.__version__ in line and ("CPU build" in line or "sees no GPU" in line)
+    with pytest.raises(SystemExit):
+        reco_mini.parse_config(["--device", "gpu"])
+    assert "must be one of ['auto', 'cpu', 'cuda', 'cuda:N'], got 'gpu'" in capsys.readouterr().err
+
+
+def test_combinations_are_checked_before_any_work(capsys):
+    for argv, needle in ((["--advantage", "pass-at-k", "--pass-k", "9"], "--pass-k must be at most --group-size (8)"),
+                         (["--methods", ","], "--methods must be a comma-separated subset"),
+                         (["--task", "math", "--model", "m", "--data", "some/dataset", "--token-ratio", "simko"],
+                          "--head-chunk 256 keeps no logits")):
+        with pytest.raises(SystemExit):
+            reco_mini.parse_config(argv)
+        assert needle in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- models and data
+
+def test_a_missing_model_directory_is_said_in_the_projects_words(tmp_path):
+    missing = str(tmp_path / "no-model")
+    assert reco_io.model_problem(missing) == f"{missing}: no such directory"
+    assert reco_io.model_problem("./my-model/") == "./my-model/: no such directory"
+    (tmp_path / "weights.bin").write_text("")
+    assert "a file, not a model directory" in reco_io.model_problem(str(tmp_path / "weights.bin"))
+    assert reco_io.model_problem(str(tmp_path)) == ""
+
+
+def test_a_hub_name_offline_fails_at_once_with_one_line(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    problem = reco_io.model_problem("nobody-here/no-such-model")
+    assert problem.startswith("nobody-here/no-such-model: no such directory") and "HF_HUB_OFFLINE=1" in problem
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(reco_io, "unreachable_hub", lambda endpoint: "huggingface.co")
+    assert "huggingface.co cannot be reached" in reco_io.model_problem("nobody-here/no-such-model")
+
+
+def test_a_jsonl_row_with_solution_but_no_answer_says_answer_was_looked_for_first(tmp_path):
+    from reco_data import DataError, load_problems
+
+    (tmp_path / "p.jsonl").write_text(json.dumps({"problem": "1+1", "solution": "it is two"}) + "\n")
+    with pytest.raises(DataError) as err:
+        load_problems(tmp_path / "p.jsonl")
+    message = str(err.value)
+    assert "p.jsonl:1: field 'solution' has no \\boxed{} answer" in message
+    assert "looked for first: 'answer'" in message and "the row has none" in message
+
+
+# ---------------------------------------------------------------------------------------------- reuse
+
+def test_reco_mini_refuses_another_configs_run_directory(tmp_path, monkeypatch, capsys):
+    """reco_mini used to overwrite runs/default, math runs included, without a word."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "runs" / "default"
+    out.mkdir(parents=True)
+    (out / "results.json").write_text(json.dumps({"config": asdict(reco_mini.parse_config(["--lr", "1e-3"]))}))
+    with pytest.raises(SystemExit) as exc:
+        reco_mini.main([])
+    assert exc.value.code == 2
+    line = one_error_line(capsys.readouterr().err, "reco_mini.py: error: --out runs/default holds the results of a "
+                                                   "different config (--lr differs)")
+    assert "--overwrite" in line
+    reco_io.refuse_reuse(reco_mini.parse_config(["--lr", "1e-3"]))  # the same config: its rerun may replace them
+    reco_io.refuse_reuse(reco_mini.parse_config(["--overwrite"]))
+    (out / "results.json").unlink()
+    (out / "grpo").mkdir()
+    (out / "grpo" / "log.jsonl").write_text("{}\n")
+    with pytest.raises(SystemExit):
+        reco_io.refuse_reuse(reco_mini.parse_config([]))
+    assert "holds the files of a run that did not finish (grpo/log.jsonl)" in capsys.readouterr().err
+
+
+def test_reco_scaled_refuses_to_resume_another_runs_checkpoint(tmp_path, monkeypatch, capsys):
+    """reco_scaled with algo.method=grpo used to resume an earlier ReCo checkpoint, with a 'config keys changed'
+    note."""
+    monkeypatch.chdir(tmp_path)
+    written = scaled_config.load_config("tiny-cpu", ["out=run", "algo.method=reco"])
+    step = tmp_path / "run" / "checkpoints" / "step_000002"
+    step.mkdir(parents=True)
+    (step / "trainer.json").write_text(json.dumps({"config": asdict(written), "step": 2}))
+    (step.parent / "latest").write_text(step.name)
+    monkeypatch.setattr(scaled_train, "_train", lambda cfg, problems=None: pytest.fail("resumed another run"))
+    assert scaled_train.main(["--config", "tiny-cpu", "out=run", "algo.method=grpo", "model.path=."]) == 2
+    line = one_error_line(capsys.readouterr().err, "checkpoint error: checkpoint run/checkpoints/step_000002 is "
+                                                   "another run's")
+    assert "algo.method='reco' there, 'grpo' here" in line and "model.path='' there, '.' here" in line
+    from reco_scaled.checkpoint import resume_point
+
+    assert resume_point(scaled_config.load_config("tiny-cpu", ["out=run", "algo.method=reco"])) == Path(
+        "run/checkpoints/step_000002")
+
+
+# ---------------------------------------------------------------------------------------------- as a user runs them
+
+def run(argv: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **env}
+    return subprocess.run(argv, cwd=cwd, env=environment, capture_output=True, text=True, timeout=600)
+
+
+def lines_of(proc: subprocess.CompletedProcess) -> list[str]:
+    """stderr's lines, progress bars and warnings aside."""
+    return [x for x in proc.stderr.splitlines() if x.strip() and "%|" not in x and "warn" not in x.lower()]
+
+
+@pytest.mark.parametrize("argv, needle", [
+    ([PY, str(ROOT / "reco_mini.py"), "--quick", "--prompts-per-step", "0"], "--prompts-per-step must be >= 1, got 0"),
+    ([PY, str(ROOT / "reco_mini.py"), "--lr", "-1e-4"], "--lr must be > 0, got -0.0001"),
+    ([PY, str(ROOT / "reco_mini.py"), "--model", "no-such-dir/", "--steps", "1"], "--model no-such-dir/: no such directory"),
+    ([PY, "-m", "reco_scaled.train", "--config", "tiny-cpu", "model.path=/nonexistent/model"],
+     "config key 'model.path' /nonexistent/model: no such directory"),
+    ([PY, str(ROOT / "examples" / "trl_reco.py"), "--tiny", "--num-generations", "1"], "--num-generations must be >= 2"),
+    ([PY, str(ROOT / "examples" / "trl_reco.py"), "--tiny", "--lr=-1"], "--lr must be >= 0, got -1.0"),
+], ids=["reco_mini prompts 0", "reco_mini lr -1e-4", "reco_mini model", "reco_scaled model", "trl G 1", "trl lr -1"])
+def test_bad_input_as_a_user_meets_it_leaves_nothing_behind(argv, needle, tmp_path):
+    if "trl_reco.py" in argv[1]:
+        pytest.importorskip("trl", reason="examples/trl_reco.py needs requirements-trl.txt (CI installs it)")
+    proc = run(argv, tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert lines_of(proc)[-1].endswith(needle) or needle in lines_of(proc)[-1], proc.stderr[-2000:]
+    assert len(lines_of(proc)) == 1, proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_reco_scaled_reads_the_data_before_the_model_and_fails_offline_at_once(tmp_path):
+    """A hub name with a missing data.train, offline, used to spend 56 s on retries and never name the data path."""
+    train = [PY, "-m", "reco_scaled.train", "--config", "tiny-cpu", "task=math", "model.path=Qwen/Qwen2.5-Math-1.5B",
+             "data.template=plain"]
+    proc = run(train + ["data.train=missing.jsonl"], tmp_path, HF_HUB_OFFLINE="1")
+    assert proc.returncode == 2 and lines_of(proc) == ["data error: missing.jsonl: no such file"], proc.stderr[-2000:]
+    (tmp_path / "p.jsonl").write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
+    proc = run(train + ["data.train=p.jsonl"], tmp_path, HF_HUB_OFFLINE="1")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert lines_of(proc) == ["config error: config key 'model.path' Qwen/Qwen2.5-Math-1.5B: no such directory; as a hub "
+                              "name it is not in the local cache, and the hub is offline (HF_HUB_OFFLINE=1)"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_reco_scaled_leaves_no_directory_or_lock_after_a_model_that_cannot_load(tmp_path, monkeypatch, capsys):
+    """runs/tiny-cpu/.lock used to stay after reco_scaled's model or data errors."""
+    from reco_countdown import char_tokenizer, tiny_model
+
+    monkeypatch.chdir(tmp_path)
+    tok = char_tokenizer()
+    tiny_model(tok, hidden=16, layers=1).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    weights = tmp_path / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: 200])  # truncated: found only when the model loads, after the lock
+    assert scaled_train.main(["--config", "tiny-cpu", "model.path=model", "out=run"]) == 2
+    assert "cannot load model.path='model'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch without CUDA")
+def test_reco_mini_on_cuda_without_cuda_as_a_user_meets_it(tmp_path):
+    proc = run([PY, str(ROOT / "reco_mini.py"), "--device", "cuda"], tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert lines_of(proc) == [f"reco_mini.py: error: --device cuda: this torch ({torch.__version__}) is a CPU build, "
+                              "without CUDA; use --device cpu, or install a CUDA build of torch (README, Quick start)"]
+
+
+def test_reco_mini_data_error_leaves_no_run_directory(tmp_path):
+    """An empty runs/default/ used to stay after each data or model error."""
+    (tmp_path / "p.jsonl").write_text('{"problem": "1+1", "answer": "2"}\n{"problem": \n')
+    proc = run([PY, str(ROOT / "reco_mini.py"), "--task", "math", "--model", "unused", "--data", "p.jsonl"], tmp_path)
+    assert proc.returncode == 2 and lines_of(proc) == [lines_of(proc)[0]], proc.stderr[-2000:]
+    assert lines_of(proc)[0].startswith("reco_mini.py: error: p.jsonl:2: not valid JSON")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_allowed_values_of_the_rules_read_as_their_messages():
+    rule = reco_io.Allowed(0, 1, open_low=True)
+    assert (0.5 in rule, 0 in rule, 1 in rule, math.nan in rule, math.inf in reco_io.Allowed(0)) == (True, False, True,
+                                                                                                  False, False)
+    assert str(rule) == "in (0, 1]" and str(reco_io.Allowed(0, special=(-1,))) == "-1 or >= 0"
+    assert str(reco_io.RUN_NUMBERS["hidden"]) == "a multiple of 8 >= 8" and 12 not in reco_io.RUN_NUMBERS["hidden"]
+    assert reco_io.Allowed(1).check("lr", math.inf)[2] == "must be a finite number >= 1, got inf"
