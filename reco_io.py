@@ -198,7 +198,7 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
 
     n = cfg.prompts_per_step * cfg.group_size
     return [rule.check(name, getattr(cfg, name)) for name, rule in RUN_NUMBERS.items()] + [
-        ("methods", bool(cfg.method_list) and all(m in methods for m in cfg.method_list),
+        ("methods", all(m in methods for m in cfg.method_list),  # none: the base alone (the studies' evaluation)
          f"must be a comma-separated subset of {list(methods)}, got {cfg.methods!r}"),
         choice(cfg, "task", tasks),
         ("task", cfg.task != "math" or bool(cfg.model and cfg.data), "math needs --model and --data"),

@@ -13,6 +13,7 @@ from reco_scaled.evaluate import (
     EvalConfig,
     _check_resume,
     _chunks,
+    _record_settings,
     default_ks,
     format_table,
     grade_group,
@@ -143,7 +144,8 @@ def test_chunks_are_consecutive_runs():
 
 def test_resume_refuses_different_sampling_settings(tmp_path):
     cfg = EvalConfig(model="m", n=8)
-    _check_resume(tmp_path, cfg)
+    assert not (tmp_path / "eval_config.json").exists()  # written only once the model has loaded
+    _record_settings(tmp_path, _check_resume(tmp_path, cfg))
     (tmp_path / "counts.jsonl").write_text("")
     _check_resume(tmp_path, cfg)  # same settings: fine
     with pytest.raises(DataError, match="resuming with different settings"):

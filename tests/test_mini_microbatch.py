@@ -156,7 +156,7 @@ def test_flags_and_defaults(tmp_path):
     data.write_text('{"problem": "1+1", "answer": "2"}\n')
     math_cfg = reco_mini.parse_config(["--task", "math", "--model", "m", "--data", str(data)])
     assert math_cfg.eval_batch == 64 and math_cfg.head_chunk == 256 and reco_mini.parse_config([]).head_chunk == 0
-    with pytest.raises(ValueError, match="--dtype must be float32 or bfloat16"):
+    with pytest.raises(ValueError, match=r"--dtype must be one of \[.float32., .bfloat16.\], got .float16."):
         reco_mini.Config(dtype="float16")
     with pytest.raises(ValueError, match="--micro-batch must be >= 0"):
         reco_mini.Config(micro_batch=-1)

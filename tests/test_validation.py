@@ -249,7 +249,7 @@ def test_cuda_without_cuda_names_the_torch_build(capsys):
 
 def test_combinations_are_checked_before_any_work(capsys):
     for argv, needle in ((["--advantage", "pass-at-k", "--pass-k", "9"], "--pass-k must be at most --group-size (8)"),
-                         (["--methods", ","], "--methods must be a comma-separated subset"),
+                         (["--methods", "grpo,ppo"], "--methods must be a comma-separated subset"),
                          (["--task", "math", "--model", "m", "--data", "some/dataset", "--token-ratio", "simko"],
                           "--head-chunk 256 keeps no logits")):
         with pytest.raises(SystemExit):
