@@ -1,11 +1,13 @@
 """reco_io.py: the plumbing of reco_mini.py, kept out of the file that teaches the method.
 
-The command line (a flag and its help for every config field; one-line errors, exit code 2), the math task's
-files and model (loaded with one-line errors), the KV-cache sampler and its stop tokens, the record the on_step hook
-gets (Step), the checks of occurrence_weights' arguments, the forwards over rollout rows (forward_stats, old_stats)
-and the memory-saving token_stats behind them, the precision and gradient-checkpointing switches of those forwards,
-the non-finite stop, atomic checkpoint writes, and the Pass@k table and plot, which reco_scaled's evaluation uses
-too. Nothing here imports reco_mini: it is handed what it needs.
+The command line (a flag and its help for every config field, by group; the allowed values of every setting,
+checked before any work; one-line errors, exit code 2; the parser every command shares), the run directory's reuse,
+the math task's files and model (loaded with one-line errors, a missing one found before anything loads), the
+KV-cache sampler and its stop tokens, the record the on_step hook gets (Step), the checks of occurrence_weights'
+arguments, the forwards over rollout rows (forward_stats, old_stats) and the memory-saving token_stats behind them,
+the precision and gradient-checkpointing switches of those forwards, the non-finite stop, atomic checkpoint writes,
+progress bars that do not flood a log file, and the Pass@k table and plot, which reco_scaled's evaluation uses too.
+Nothing here imports reco_mini: it is handed what it needs.
 """
 from __future__ import annotations
 
@@ -133,7 +135,7 @@ RUN_NUMBERS = {
     "micro_batch": Allowed(0),  # 0 = the whole mini-batch
     "head_chunk": Allowed(0, special=(-1,)),  # 0 = full logits, -1 = the task's
 }
-# The settings with a fixed set of values that no registry holds (the registries' are handed to parse_config).
+# The settings with a fixed set of values that no registry holds (the registries' values: REGISTRIES).
 CHOICES = {
     "occurrence_apply": ("all", "positive"),
     "variance_norm": ("batch", "none"),
@@ -291,8 +293,7 @@ class ArgumentParser(argparse.ArgumentParser):
                 close = difflib.get_close_matches(name, [s for s in self._option_string_actions if s.startswith("--")], 1)
                 self.error(f"unrecognized arguments: {name}" + (f" (did you mean {close[0]}?)" if close else ""))
             takes_one = action is not None and action.nargs is None and action.option_strings and "=" not in token
-            if takes_one and action.const is None and i + 1 < len(args) and args[i + 1].startswith("-") \
-                    and _is_number(args[i + 1]):
+            if takes_one and i + 1 < len(args) and args[i + 1].startswith("-") and _is_number(args[i + 1]):
                 out.append(f"{token}={args[i + 1]}")  # argparse would read "-1e-4" as a flag
                 i += 2
                 continue
@@ -324,7 +325,7 @@ def flag_help(text: str, default=None, choices=None) -> str:
     return text.replace("%", "%%")
 
 
-# reco_mini's --help, by group and in this order. Every Config field is in one (tests/test_validation.py).
+# reco_mini's --help, by group and in this order. Every Config field is in one (tests/test_newcomer.py).
 GROUPS = {
     "run": ("seed", "device", "quick", "steps", "prompts_per_step", "group_size", "epochs", "minibatches", "lr",
             "grad_clip", "temperature", "max_new_tokens", "micro_batch", "head_chunk", "dtype",

@@ -102,14 +102,21 @@ def test_kill_and_resume_gives_identical_metrics(tmp_path):
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path, capsys):
+    """Another model at another path is another run's checkpoint (refused before anything loads, naming the key);
+    the same path holding a model of other shapes is refused by the checkpoint's parameter signature."""
     from reco_countdown import char_tokenizer, tiny_model
 
-    run(tmp_path / "run", "train.steps=1")
-    other = tmp_path / "other-model"
-    tok = char_tokenizer()
-    tiny_model(tok, hidden=32, layers=1).save_pretrained(other)
-    tok.save_pretrained(other)
-    assert main(["--config", TINY, f"out={tmp_path / 'run'}", f"model.path={other}", "train.steps=2"]) == 2
+    tok, model = char_tokenizer(), tmp_path / "model"
+    torch.manual_seed(0)
+    for path in (model, tmp_path / "other"):
+        tiny_model(tok, hidden=32, layers=1).save_pretrained(path)
+        tok.save_pretrained(path)
+    run(tmp_path / "run", "train.steps=1", f"model.path={model}")
+    assert main(["--config", TINY, f"out={tmp_path / 'run'}", f"model.path={tmp_path / 'other'}", "train.steps=2"]) == 2
+    err = capsys.readouterr().err
+    assert "is another run's" in err and f"model.path='{model}' there, '{tmp_path / 'other'}' here" in err
+    tiny_model(tok, hidden=16, layers=1).save_pretrained(model)  # the same path, other shapes
+    assert main(["--config", TINY, f"out={tmp_path / 'run'}", f"model.path={model}", "train.steps=2"]) == 2
     err = capsys.readouterr().err
     assert "was written for a different model" in err and "Refusing to start from scratch" in err
     assert len(rows(tmp_path / "run")) == 1  # the log of the original run is untouched

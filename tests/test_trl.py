@@ -288,7 +288,7 @@ def test_three_steps_log_rho_and_w(model_dir, tmp_path):
         assert 0 < r["reco/v_old_mean"] < 1
 
 
-def test_example_tiny_runs(tmp_path):
+def test_example_tiny_runs(tmp_path, capsys):
     path = Path(__file__).resolve().parents[1] / "examples" / "trl_reco.py"
     spec = importlib.util.spec_from_file_location("trl_reco", path)
     example = importlib.util.module_from_spec(spec)
@@ -296,3 +296,4 @@ def test_example_tiny_runs(tmp_path):
     last = example.main(["--tiny", "--max-steps", "2", "--out", str(tmp_path)])
     assert last["step"] == 2 and math.isfinite(last["loss"]) and "reco/rho_mean" in last
     assert (tmp_path / "final" / "config.json").is_file()
+    assert capsys.readouterr().out.splitlines()[-1] == f"saved the final model (Hugging Face format) to {tmp_path / 'final'}"
