@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import reco_io  # noqa: E402
+from reco_data import missing_file  # noqa: E402
 from reco_grader import grade_many  # noqa: E402
 from reco_io import CHOICES, Allowed, ArgumentParser, ConfigError, flag_help  # noqa: E402
 from reco_mini import METHODS, OCCURRENCES, TOKEN_RATIOS, LossConfig  # noqa: E402
@@ -105,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     rows = args.prompts_per_step * args.num_generations
     if args.micro_batch and rows % args.micro_batch:
         p.error(f"--micro-batch must divide --prompts-per-step x --num-generations ({rows}), got {args.micro_batch}")
+    if missing_file(args.data):  # the data before the model
+        p.error(f"--data {args.data}: no such file")
     if args.model and (problem := reco_io.model_problem(args.model)):
         p.error(f"--model {problem}")
     return args

@@ -235,6 +235,17 @@ def test_trl_reco_typo_is_one_line(capsys):
     assert "did you mean --max-steps?" in one_error_line(capsys.readouterr().err, "trl_reco.py: error: ")
 
 
+def test_trl_reco_checks_the_data_before_the_model(capsys):
+    example = load_trl_example()
+    with pytest.raises(SystemExit):
+        example.parse_args(["--model", "/nonexistent/model", "--data", "missing.jsonl"])
+    assert one_error_line(capsys.readouterr().err, "trl_reco.py: error: ") == \
+        "trl_reco.py: error: --data missing.jsonl: no such file"
+    with pytest.raises(SystemExit):
+        example.parse_args(["--model", "/nonexistent/model"])
+    assert "--model /nonexistent/model: no such directory" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch without CUDA")
 def test_cuda_without_cuda_names_the_torch_build(capsys):
     """`--device cuda` on a CPU build of torch used to end in an AssertionError."""
