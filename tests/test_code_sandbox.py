@@ -76,6 +76,8 @@ BLOCKED = [  # (what the program tries, its f(), what f() must return: the attem
     ("filling the disk", "written = 0\ntry:\n    with open('big', 'wb') as out:\n        for _ in range(4096):\n"
      "            out.write(b'x' * (1 << 20))\n            out.flush()\n            written += 1\nexcept OSError:\n"
      "    return written <= 64\nreturn False", True),
+    ("a CPU-time limit", "import resource\nreturn resource.getrlimit(resource.RLIMIT_CPU)", (11, 12)),  # 10 s: ceil + 1
+    ("a memory limit", "import resource\nreturn resource.getrlimit(resource.RLIMIT_AS)", (1 << 30, 1 << 30)),
     ("raising its limits", "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\n"
      "except (ValueError, OSError):\n    return 'blocked'\nreturn 'raised'", "blocked"),
     ("reading the checkout", f"try:\n    return open({str(ROOT / 'reco_code.py')!r}).read()[:10]\n"
