@@ -752,7 +752,8 @@ def run_zygote(control_fd: int, isolate: bool) -> None:
 
 def run_server(control_fd: int, workers: int, memory_bytes: int, work_bytes: int) -> None:
     """Read jobs from stdin (JSON lines), run each in a forked harness (at most `workers` at once) against its
-    program in the zygote, and write one JSON line per job: {"id", "passed"} or {"id", "error"}."""
+    program in the zygote, and write one JSON line per job: {"id", "passed"}, {"id", "error"} (its program's sandbox
+    could not be made) or {"id", "invalid"} (its tests do not compile)."""
     import collections
     import gc
     import importlib
