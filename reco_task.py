@@ -4,11 +4,31 @@ A task gives reco_mini's loop everything that depends on the kind of problem: th
 tokens that end a response, the reward, each response's canonical key (OCCURRENCES["canonical"]), the class of each
 response token where the task defines classes, and, for evaluation, its correct responses per solution form. The loop
 asks the task and never the problem's type. TASKS holds the three built in: countdown, countdown-long and math.
+TaskSettings holds reco_mini.Config's flags of the problems and the base model.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import reco_countdown as rc
 import reco_io
+from reco_io import opt
+
+
+@dataclass
+class TaskSettings:
+    """reco_mini.Config's flags of what it trains on: the math task's model and data, and Countdown's problems and its
+    tiny SFT base (reco_countdown)."""
+    model: str = opt("", "Hugging Face model name or directory (default: a tiny model built here)")
+    data: str = opt("", "task math: problems from a JSONL or parquet file, dataset dir or hub name")
+    eval_data: str = opt("", "task math: held-out problems, read as --data (default: a fifth of it)")
+    n_train: int = opt(1024, "countdown RL training problems")
+    n_test: int = opt(64, "held-out countdown problems, in each of the test and validation splits")
+    hidden: int = opt(96, "width of the tiny model")
+    layers: int = opt(3, "decoder layers of the tiny model")
+    sft_steps: int = opt(400, "SFT steps of the tiny base model")
+    sft_batch: int = opt(128, "SFT demonstrations per step")
+    sft_lr: float = opt(3e-3, "peak SFT learning rate (one cycle)")
 
 
 class Task:
@@ -33,7 +53,7 @@ class Task:
         return [self.reward(p, t) for p, t in zip(problems, texts)]
 
     def stop_ids(self, tokenizer, model) -> list[int]:
-        """The tokens that end a response (reco_io.sample stops a row at the first of them)."""
+        """The tokens that end a response (reco_mini.sample stops a row at the first of them)."""
         return [tokenizer.eos_token_id]
 
     def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
@@ -52,6 +72,11 @@ class Task:
     def tiny_base(self, cfg, splits: dict[str, list]):
         """(tokenizer, model): the base policy built here when no --model is given."""
         raise ValueError(f"--task {self.name} needs --model")
+
+    def base(self, cfg, splits: dict[str, list]):
+        """(tokenizer, model): the base policy, --model's or the task's tiny one, frozen."""
+        tokenizer, model = reco_io.load_hf(cfg.model, cfg.device) if cfg.model else self.tiny_base(cfg, splits)
+        return tokenizer, model.requires_grad_(False)
 
 
 class Countdown(Task):
