@@ -6,8 +6,8 @@ reco_mini or reco_scaled, and never runs a program: every program runs in reco_c
 - Prompts. `completion_prompt(problem)` is for a base model, which continues it: the dataset's own prompt where it
   is code (HumanEval's signature and docstring, MBPP+'s docstring), otherwise the statement as comment lines and a
   line saying what to write (the function the tests call, or a program that reads stdin and writes stdout).
-  `instruct_prompt(problem, tokenizer)` is for an instruct model: one user turn through the tokenizer's chat
-  template, asking for the complete program in one fenced ```python block.
+  `instruct_prompt(problem, tokenizer)` is for an instruct model: one user turn (`instruct_text`) through the
+  tokenizer's chat template, asking for the complete program in one fenced ```python block.
 - Programs. `completion_program(prompt, response, entry_point)`: the prompt and the response, cut at the first stop
   sequence (STOP_SEQUENCES, Codex's and HumanEval's: a line at column 0 starting ``class``, ``def``, ``#``, ``if``
   or ``print``) after the line that defines the entry point, the way HumanEval's completions are cut; a program
@@ -49,17 +49,21 @@ def completion_prompt(problem: dict) -> str:
     return "".join(f"# {line}".rstrip() + "\n" for line in lines)
 
 
+def instruct_text(problem: dict) -> str:
+    """The user turn of an instruct model's prompt: the problem, and a request for the program in a fenced block."""
+    if problem["layout"] in CODE_PROMPT_LAYOUTS:
+        code = problem["prompt"].lstrip("\n").rstrip()
+        return f"Complete this Python code:\n```python\n{code}\n```\n{REPLY}"
+    return f"{problem['prompt'].strip()}\n\n{task_line(problem)} {REPLY}"
+
+
 def instruct_prompt(problem: dict, tokenizer) -> str:
-    """An instruct model's prompt: one user turn, through the tokenizer's chat template, asking for a fenced block."""
+    """An instruct model's prompt: instruct_text as one user turn, through the tokenizer's chat template."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("the code-chat task needs a tokenizer with a chat template; use the code task (completion "
                          "prompts) for a base model")
-    if problem["layout"] in CODE_PROMPT_LAYOUTS:
-        code = problem["prompt"].lstrip("\n").rstrip()
-        text = f"Complete this Python code:\n```python\n{code}\n```\n{REPLY}"
-    else:
-        text = f"{problem['prompt'].strip()}\n\n{task_line(problem)} {REPLY}"
-    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    messages = [{"role": "user", "content": instruct_text(problem)}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 def completion_program(prompt: str, response: str, entry_point: str | None) -> str:

