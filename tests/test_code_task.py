@@ -191,6 +191,24 @@ def test_code_tiny_defaults_replace_configs_defaults_unless_a_flag_is_given(caps
     assert "code needs --model and --data" in capsys.readouterr().err
 
 
+def test_the_code_tiny_table_in_the_docs_is_the_committed_run():
+    """docs/code_tasks.md's table and form counts are results/code_tiny.json's, a run at code-tiny's defaults."""
+    import json
+
+    from reco_io import format_table
+
+    root = Path(__file__).resolve().parents[1]
+    results = json.loads((root / "results" / "code_tiny.json").read_text())
+    config = results["config"]
+    assert config["task"] == "code-tiny" and config["seed"] == 0 and config["methods"] == "grpo,reco"
+    assert {k: config[k] for k in TASKS["code-tiny"].config_defaults} == TASKS["code-tiny"].config_defaults
+    text = (root / "docs" / "code_tasks.md").read_text()
+    block = text.split("<!-- code-tiny:begin -->")[1].split("<!-- code-tiny:end -->")[0]
+    assert block.strip() == f"```text\n{format_table(results['methods'])}\n```"
+    for method, result in results["methods"].items():
+        assert f"{method} {[sum(f[i] for f in result['forms']) for i in range(len(tiny.FORMS) + 1)]}" in text
+
+
 # ---------------------------------------------------------------- reco_mini end to end, offline
 
 @pytest.mark.parametrize("task", ["code", "code-chat"])
