@@ -176,11 +176,11 @@ class CodeChat(Code):
 
 class CodeTiny(Task):
     """reco_code_tiny's task: write f(x) from two numbers and one example, paid on hidden tests run in reco_code's
-    sandbox; a tiny model is built for it. Sized (config_defaults: a smaller model, fewer held-out problems, samples
-    and RL steps than Countdown's) so that `python reco_mini.py --task code-tiny` prints its table within 5 minutes
-    on 2 busy CPU cores, most of it spent running programs in the sandbox."""
+    sandbox; a tiny model is built for it. Sized (config_defaults: a smaller model, fewer samples and RL steps than
+    Countdown's) so that `python reco_mini.py --task code-tiny` prints its table within 5 minutes on 2 busy CPU
+    cores, much of it spent running programs in the sandbox."""
     name, max_new_tokens, eval_batch, head_chunk = "code-tiny", tiny.MAX_NEW_TOKENS, 4096, 0
-    config_defaults = {"hidden": 64, "layers": 2, "n_test": 64, "n_eval": 64, "steps": 20, "prompts_per_step": 16}
+    config_defaults = {"hidden": 64, "layers": 2, "n_eval": 64, "steps": 20, "prompts_per_step": 16}
 
     def __init__(self) -> None:
         self.known: dict[tuple[str, str], bool] = {}  # verdicts of the programs graded so far (reco_code_tiny.grade)

@@ -211,6 +211,20 @@ def test_the_code_tiny_table_in_the_docs_is_the_committed_run():
 
 # ---------------------------------------------------------------- reco_mini end to end, offline
 
+def test_reco_mini_runs_code_tiny_from_its_sft_base(tmp_path, monkeypatch, one_thread):
+    """`python reco_mini.py --task code-tiny` at a toy size: the base is SFT-ed on code-tiny's demonstrations (and
+    cached under runs/cache/ of the working directory), trained and evaluated, with forms per problem."""
+    monkeypatch.chdir(tmp_path)
+    args = ["--task", "code-tiny", "--sft-steps", "4", "--sft-batch", "16", "--n-train", "8", "--n-test", "4",
+            "--n-eval", "4", "--steps", "1", "--prompts-per-step", "4", "--group-size", "2", "--minibatches", "1",
+            "--methods", "reco", "--device", "cpu", "--out", "run"]
+    results = reco_mini.main(args)
+    assert (tmp_path / tiny.base_cache_path(reco_mini.parse_config(args))).is_file()
+    for result in results["methods"].values():
+        assert len(result["counts"]) == 4 and all(sum(f) <= 4 for f in result["forms"])
+        assert all(sum(f) == c for f, c in zip(result["forms"], result["counts"]))  # every correct sample has a column
+
+
 @pytest.mark.parametrize("task", ["code", "code-chat"])
 def test_reco_mini_trains_and_evaluates_a_code_task_from_a_dataset_name(code_model, tmp_path, task, graded, one_thread):
     import json
