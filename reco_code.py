@@ -143,7 +143,8 @@ def _program_view(python: str) -> list[str]:
     the shared libraries they load, this project's sandbox module; an empty /work and /tmp, /proc and /dev."""
     paths = sysconfig.get_paths()
     stdlibs = sorted({paths["stdlib"], paths["platstdlib"]})
-    extensions = sorted(glob.glob(os.path.join(paths["platstdlib"], "lib-dynload", "*.so")))
+    # the extension modules live in the base installation's lib-dynload (in a virtualenv, platstdlib is the venv's)
+    extensions = sorted({f for lib in stdlibs for f in glob.glob(os.path.join(lib, "lib-dynload", "*.so"))})
     args = []
     for path in [python, *stdlibs, *_shared_libraries([python, *extensions]), "/etc/ld.so.cache"]:
         if os.path.exists(path):
@@ -158,8 +159,9 @@ def _program_view(python: str) -> list[str]:
 
 def _tests_view() -> list[str]:
     """bwrap arguments for the server's filesystem: the system's /usr and libraries, the Python installation (with
-    its site-packages, which tests may import), this project's sandbox module, a private /tmp."""
-    args = []
+    its site-packages, which tests may import), this project's sandbox module, a private /tmp (made first, so that a
+    virtualenv under /tmp is bound over it, not hidden by it)."""
+    args = ["--tmpfs", "/tmp"]
     for path in ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/etc/ld.so.cache"]:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
@@ -167,8 +169,7 @@ def _tests_view() -> list[str]:
     for prefix in sorted(prefixes):
         if not prefix.startswith("/usr/"):
             args += ["--ro-bind", prefix, prefix]
-    return args + ["--ro-bind", str(SANDBOX_MODULE), _INSIDE, "--dev", "/dev", "--tmpfs", "/tmp", "--remount-ro", "/",
-                   "--chdir", "/tmp"]
+    return args + ["--ro-bind", str(SANDBOX_MODULE), _INSIDE, "--dev", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
 
 
 _NAMESPACES = ["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",

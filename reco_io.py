@@ -123,7 +123,8 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
         ("methods", all(m in methods for m in cfg.method_list),
          f"must be a comma-separated subset of {list(methods)}"),
         ("task", cfg.task in tasks, f"must be one of {', '.join(tasks)}"),
-        ("task", cfg.task != "math" or bool(cfg.model and cfg.data), "math needs --model and --data"),
+        ("task", cfg.task not in ("math", "code", "code-chat") or bool(cfg.model and cfg.data),
+         f"{cfg.task} needs --model and --data"),
         ("data", not missing_file(cfg.data), f"{cfg.data}: no such file"),  # a dataset name is checked when loaded
         ("eval_data", not missing_file(cfg.eval_data), f"{cfg.eval_data}: no such file"),
         ("steps", cfg.steps >= 1, "must be >= 1"),
@@ -133,7 +134,7 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
         ("grad_clip", cfg.grad_clip >= 0, "must be >= 0"),
         ("minibatches", cfg.minibatches >= 1 and n % cfg.minibatches == 0,
          f"must divide prompts-per-step x group-size ({n})"),
-        ("n_train", cfg.task == "math" or cfg.n_train >= cfg.prompts_per_step,
+        ("n_train", cfg.task in ("math", "code", "code-chat") or cfg.n_train >= cfg.prompts_per_step,
          "must be >= --prompts-per-step"),
         ("n_eval", cfg.n_eval >= 1, "must be >= 1"),
         ("ks", all(k.strip().isdigit() and 1 <= int(k) <= cfg.n_eval for k in cfg.ks.split(",") if cfg.ks),
@@ -147,8 +148,17 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
 
 
 def resolve_defaults(cfg, task) -> None:
-    """reco_mini.Config's settings that default to the task's (0, or -1 for --head-chunk), the output directory
-    (runs/default, or runs/quick with --quick) and the device ("auto": cuda when there is one)."""
+    """reco_mini.Config's settings that default to the task's (0, or -1 for --head-chunk), the task's own defaults
+    (task.config_defaults, for fields left at Config's default: as with --quick, a flag set to Config's default takes
+    the task's), the output directory (runs/default, or runs/quick with --quick) and the device ("auto": cuda when
+    there is one)."""
+    own = {f.name: f.default for f in fields(cfg)}
+    changed = {name: value for name, value in task.config_defaults.items() if getattr(cfg, name) == own[name]}
+    for name, value in changed.items():
+        setattr(cfg, name, value)
+    for name, ok, message in cfg.checks() if changed else []:  # the checks again, on the task's values
+        if not ok:
+            raise ConfigError(name, message)
     cfg.max_new_tokens = cfg.max_new_tokens or task.max_new_tokens
     cfg.out = cfg.out or ("runs/quick" if cfg.quick else "runs/default")
     cfg.eval_batch = cfg.eval_batch or task.eval_batch
@@ -462,13 +472,21 @@ def training(model, gradient_checkpointing: bool):
 
 
 def math_splits(data: str, eval_data: str = "") -> dict[str, list[dict]]:
-    """Training and held-out math problems: `eval_data` if given, else a fixed fifth of `data` (the same
-    problems whatever the run's seed). Bad rows are one-line errors naming the file, line and field."""
-    from reco_data import DataError, load_problems
+    """Training and held-out math problems (reco_data.load_problems), as held_out_splits makes them."""
+    from reco_data import load_problems
+
+    return held_out_splits(data, eval_data, load_problems)
+
+
+def held_out_splits(data: str, eval_data: str, load: Callable[[str], list]) -> dict[str, list]:
+    """Training and held-out problems, each source read by `load`: `eval_data` if given, else a fixed fifth of
+    `data` (the same problems whatever the run's seed). Bad rows are one-line errors naming the file, line and
+    field."""
+    from reco_data import DataError
 
     try:
-        train = load_problems(data)
-        test = load_problems(eval_data) if eval_data else None
+        train = load(data)
+        test = load(eval_data) if eval_data else None
     except DataError as e:
         fail(str(e))
     if test is None:

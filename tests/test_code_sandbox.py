@@ -439,3 +439,20 @@ def test_sandbox_none_warns_once_and_still_grades(caplog):
         bare.close()
     warnings = [r for r in caplog.records if r.name == "reco_code"]
     assert len(warnings) == 1 and "WITHOUT isolation" in warnings[0].getMessage()
+
+
+def test_the_sandbox_runs_from_a_virtualenv(tmp_path):
+    """In a virtualenv (verl's .venv-verl, a user's), sysconfig's platstdlib is the venv's directory, not the base
+    installation's: the sandbox still finds the extension modules' shared libraries (libffi for ctypes), and grades."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(tmp_path / "venv")],
+                   check=True, timeout=120)
+    script = ("import reco_code; print(reco_code.grade_many(['def f():\\n    return 1\\n', 'def f():\\n    return 2\\n'], "
+              "'assert f() == 1\\n'))")
+    run = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-c", script], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    assert run.returncode == 0 and run.stdout.strip() == "[True, False]", run.stderr[-2000:]

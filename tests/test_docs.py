@@ -176,7 +176,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](tar
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 README = ROOT / "README.md"
 PAGES = ("docs/design.md", "docs/results.md", "docs/reproducing.md", "docs/performance.md", "docs/one_gpu.md",
-         "docs/verl.md", "docs/trl.md", "docs/reco_scaled.md", "tutorial/README.md", "CONTRIBUTING.md")
+         "docs/verl.md", "docs/trl.md", "docs/reco_scaled.md", "docs/code_tasks.md", "tutorial/README.md", "CONTRIBUTING.md")
 
 
 def slug(heading: str) -> str:
