@@ -147,7 +147,7 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
     ]
 
 
-def resolve_defaults(cfg, task) -> None:
+def resolve_defaults(cfg, task, methods: list[str], tasks: list[str]) -> None:
     """reco_mini.Config's settings that default to the task's (0, or -1 for --head-chunk), the task's own defaults
     (task.config_defaults, for fields left at Config's default: as with --quick, a flag set to Config's default takes
     the task's), the output directory (runs/default, or runs/quick with --quick) and the device ("auto": cuda when
@@ -156,9 +156,8 @@ def resolve_defaults(cfg, task) -> None:
     changed = {name: value for name, value in task.config_defaults.items() if getattr(cfg, name) == own[name]}
     for name, value in changed.items():
         setattr(cfg, name, value)
-    for name, ok, message in cfg.checks() if changed else []:  # the checks again, on the task's values
-        if not ok:
-            raise ConfigError(name, message)
+    if changed:  # the checks again, on the task's values
+        check(cfg.checks() + run_checks(cfg, methods, tasks))
     cfg.max_new_tokens = cfg.max_new_tokens or task.max_new_tokens
     cfg.out = cfg.out or ("runs/quick" if cfg.quick else "runs/default")
     cfg.eval_batch = cfg.eval_batch or task.eval_batch

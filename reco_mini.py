@@ -108,7 +108,7 @@ class Config(LossConfig, TaskSettings, RunSettings):
     def __post_init__(self):  # the loss settings' checks, then the run's: task, files, sizes
         super().__post_init__()
         reco_io.check(reco_io.run_checks(self, list(METHODS), list(TASKS)))
-        reco_io.resolve_defaults(self, TASKS[self.task])  # 0, -1, "" or "auto": the task's, or cuda
+        reco_io.resolve_defaults(self, TASKS[self.task], list(METHODS), list(TASKS))  # the task's
 
     @property
     def method_list(self) -> list[str]:

@@ -16,6 +16,7 @@ import reco_code
 import reco_code_task as ct
 import reco_code_tiny as tiny
 import reco_countdown
+import reco_io
 import reco_mini
 from reco_code_data import load_code_problems
 from reco_task import TASKS
@@ -181,7 +182,7 @@ def test_code_tiny_defaults_replace_configs_defaults_unless_a_flag_is_given(caps
     assert {k: getattr(cfg, k) for k in TASKS["code-tiny"].config_defaults} == TASKS["code-tiny"].config_defaults
     assert cfg.max_new_tokens == tiny.MAX_NEW_TOKENS and cfg.head_chunk == 0
     assert reco_mini.parse_config(["--task", "code-tiny", "--n-eval", "32", "--steps", "5"]).n_eval == 32
-    assert reco_mini.parse_config(["--task", "code-tiny", "--quick"]).steps == reco_mini.QUICK["steps"]
+    assert reco_mini.parse_config(["--task", "code-tiny", "--quick"]).steps == reco_io.QUICK["steps"]
     assert reco_mini.parse_config([]).n_eval == 256  # countdown keeps Config's defaults
     with pytest.raises(SystemExit):  # the checks run again on the task's values: --ks against its n_eval
         reco_mini.parse_config(["--task", "code-tiny", "--ks", "1,128"])
