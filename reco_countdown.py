@@ -15,6 +15,7 @@ import math
 import random
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,18 +74,19 @@ def make_splits(cfg) -> dict[str, list[Problem]]:
     return splits
 
 
-def parse_arithmetic(expr: str) -> ast.AST | None:
-    """The syntax tree of an expression of integers, + - * and parentheses; None for anything else.
-    A whitelist over Python's ast: the text is parsed, never run."""
+def parse_arithmetic(expr: str, names: tuple[str, ...] = ()) -> ast.AST | None:
+    """The syntax tree of an expression of integers, + - * and parentheses (and the variables in `names`: code-tiny's
+    x); None for anything else. A whitelist over Python's ast: the text is parsed, never run."""
     try:
         with warnings.catch_warnings():  # text like "3or 4" warns "invalid decimal literal"; it is still refused below
             warnings.simplefilter("ignore", SyntaxWarning)
             tree = ast.parse(expr, mode="eval").body if len(expr) <= 64 else None
     except (SyntaxError, ValueError):
         return None
-    ok = (ast.Expression, ast.BinOp, ast.Add, ast.Sub, ast.Mult)
+    ok = (ast.Expression, ast.BinOp, ast.Add, ast.Sub, ast.Mult) + ((ast.Load,) if names else ())
     nodes = list(ast.walk(tree)) if tree is not None else [None]
-    return tree if all(isinstance(n, ok) or isinstance(n, ast.Constant) and type(n.value) is int for n in nodes) else None
+    return tree if all(isinstance(n, ok) or isinstance(n, ast.Constant) and type(n.value) is int
+                       or isinstance(n, ast.Name) and n.id in names for n in nodes) else None
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -106,9 +108,10 @@ def countdown_value(expr: str) -> int | None:
         return None
 
 
-def expression_shape(expr: str, keep_numbers: bool = False) -> str | None:
+def expression_shape(expr: str, keep_numbers: bool = False, names: tuple[str, ...] = ()) -> str | None:
     """The structure of an arithmetic expression with every number blanked out (kept with keep_numbers) and
-    chains of + or * flattened and sorted, so that commuted writings and redundant parentheses give one shape."""
+    chains of + or * flattened and sorted, so that commuted writings and redundant parentheses give one shape.
+    The variables in `names` are allowed and kept (code-tiny's x)."""
     def operands(node: ast.AST, op: type) -> list[ast.AST]:  # a+(b+c) -> [a, b, c]
         if isinstance(node, ast.BinOp) and type(node.op) is op:
             return operands(node.left, op) + operands(node.right, op)
@@ -117,12 +120,14 @@ def expression_shape(expr: str, keep_numbers: bool = False) -> str | None:
     def shape(node: ast.AST) -> str:
         if isinstance(node, ast.Constant):
             return str(node.value) if keep_numbers else "n"
+        if isinstance(node, ast.Name):
+            return node.id
         if isinstance(node.op, ast.Sub):
             return f"-({shape(node.left)},{shape(node.right)})"
         children = sorted(shape(n) for n in operands(node, type(node.op)))
         return ("+" if isinstance(node.op, ast.Add) else "*") + f"({','.join(children)})"
 
-    tree = parse_arithmetic(expr)
+    tree = parse_arithmetic(expr, names)
     return None if tree is None else shape(tree)
 
 
@@ -148,13 +153,14 @@ def countdown_reward(problem: Problem, response: str) -> float:
 
 # The base policy: a tiny Qwen2 with a character-level tokenizer, SFT-ed on the skewed demonstrations.
 
-def char_tokenizer(task: str = "countdown"):
+def char_tokenizer(task: str = "countdown", extra_chars: str = ""):
     """A Hugging Face tokenizer with one token per character; prepends <bos>. countdown-long adds LONG_CHARS
-    after the countdown vocabulary, so that every countdown token keeps its id."""
+    after the countdown vocabulary, and `extra_chars` come last (code-tiny's x), so that every countdown token
+    keeps its id."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    chars = "0123456789+-*/()=,:> " + (LONG_CHARS if task == "countdown-long" else "")
+    chars = "0123456789+-*/()=,:> " + (LONG_CHARS if task == "countdown-long" else "") + extra_chars
     vocab = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *chars])}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
@@ -175,17 +181,33 @@ def tiny_model(tokenizer, hidden: int = 96, layers: int = 3, max_positions: int 
     return Qwen2ForCausalLM(config)
 
 
-def sft(cfg, model, tokenizer, exclude: set[Problem]):
-    """Supervised fine-tuning on demonstrations whose forms follow SFT_FORM_PRIOR (cfg: reco_mini.Config)."""
-    rng, long = random.Random(cfg.seed), cfg.task == "countdown-long"
+def countdown_demonstration(task: str) -> Callable[[random.Random, set], tuple[str, str] | None]:
+    """sft's default `demonstration`: a Countdown problem drawn with SFT_FORM_PRIOR (LONG_SFT_FORM_PRIOR and a
+    derivation for countdown-long) as (prompt, response), or None when the problem is in `exclude`."""
+    long = task == "countdown-long"
+
+    def draw(rng: random.Random, exclude: set) -> tuple[str, str] | None:
+        problem, expr = make_problem(rng, LONG_SFT_FORM_PRIOR if long else SFT_FORM_PRIOR, long)
+        if problem in exclude:
+            return None
+        return problem.prompt, long_response(rng, expr)[0] if long else expr
+
+    return draw
+
+
+def sft(cfg, model, tokenizer, exclude: set, demonstration=None):
+    """Supervised fine-tuning (cfg: reco_mini.Config) on demonstrations drawn by `demonstration(rng, exclude)`:
+    a (prompt, response) pair, or None for a problem in `exclude`; the prompts of one task have one width. The
+    default draws Countdown's, whose forms follow SFT_FORM_PRIOR (countdown_demonstration)."""
+    rng, draw = random.Random(cfg.seed), demonstration or countdown_demonstration(cfg.task)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, cfg.sft_lr, total_steps=cfg.sft_steps, pct_start=0.1)
     for _ in tqdm(range(cfg.sft_steps), desc="sft base", leave=False):
         demos = []
         while len(demos) < cfg.sft_batch:
-            problem, expr = make_problem(rng, LONG_SFT_FORM_PRIOR if long else SFT_FORM_PRIOR, long)
-            if problem not in exclude:
-                demos.append((problem.prompt, long_response(rng, expr)[0] if long else expr))
+            demo = draw(rng, exclude)
+            if demo is not None:
+                demos.append(demo)
         prompts = tokenizer([p for p, _ in demos], return_tensors="pt").input_ids.to(cfg.device)
         resp = tokenizer([e + tokenizer.eos_token for _, e in demos], add_special_tokens=False,
                          padding=True, padding_side="right", return_tensors="pt").to(cfg.device)
@@ -209,15 +231,17 @@ def base_cache_path(cfg) -> Path:
     return Path("runs/cache") / key / "model.pt"
 
 
-def load_base(cfg, tokenizer, exclude: set[Problem]):
-    """The SFT base policy, cached under runs/cache/ by the settings that shape it."""
-    path = base_cache_path(cfg)
+def load_base(cfg, tokenizer, exclude: set, demonstration=None, path: Path | None = None, max_positions: int = 0):
+    """The SFT base policy, cached under runs/cache/ by the settings that shape it (base_cache_path). Another task
+    (code-tiny) passes its own `demonstration` (sft's), cache `path` and context length `max_positions`."""
+    path = path or base_cache_path(cfg)
     torch.manual_seed(cfg.seed)
-    model = tiny_model(tokenizer, cfg.hidden, cfg.layers, 64 if cfg.task == "countdown" else LONG_MAX_POSITIONS).to(cfg.device)
+    positions = max_positions or (64 if cfg.task == "countdown" else LONG_MAX_POSITIONS)
+    model = tiny_model(tokenizer, cfg.hidden, cfg.layers, positions).to(cfg.device)
     if path.exists():
         model.load_state_dict(torch.load(path, map_location=cfg.device, weights_only=True))
         return model
-    reco_io.save_atomic(sft(cfg, model, tokenizer, exclude).state_dict(), path)
+    reco_io.save_atomic(sft(cfg, model, tokenizer, exclude, demonstration).state_dict(), path)
     return model
 
 

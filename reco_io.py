@@ -1,12 +1,13 @@
 """reco_io.py: the plumbing of reco_mini.py, kept out of the file that teaches the method.
 
-The command line (a flag and its help for every config field, by group; the allowed values of every setting,
-checked before any work; one-line errors, exit code 2; the parser every command shares), the run directory's reuse,
-the math task's files and model (loaded with one-line errors, a missing one found before anything loads), the
-KV-cache sampler and its stop tokens, the record the on_step hook gets (Step), the checks of occurrence_weights'
-arguments, the forwards over rollout rows (forward_stats, old_stats) and the memory-saving token_stats behind them,
-the precision and gradient-checkpointing switches of those forwards, the non-finite stop, atomic checkpoint writes,
-progress bars that do not flood a log file, and the Pass@k table and plot, which reco_scaled's evaluation uses too.
+The command line (RunSettings, the plumbing's flags; a flag and its help for every config field, by group; the allowed
+values of every setting, checked before any work; one-line errors, exit code 2; the parser every command shares;
+--quick's budget), the run directory's reuse, the registry decorator, the math task's files and model (loaded with
+one-line errors, a missing one found before anything loads), the tokens that end a response, the record the on_step
+hook gets (Step), the checks of occurrence_weights' arguments, the memory-saving token_stats (reco_mini's
+--head-chunk path, tested against its readable one), the precision and gradient-checkpointing switches, the step's
+log row and the trajectory file, the non-finite stop, atomic checkpoint writes, progress bars that do not flood a log
+file, and the Pass@k table and plot, which reco_scaled's evaluation uses too.
 Nothing here imports reco_mini: it is handed what it needs.
 """
 from __future__ import annotations
@@ -94,8 +95,9 @@ class Allowed:
 
 
 POSITIVE = Allowed(0, open_low=True)
-# The numeric settings of reco_mini.LossConfig and of the rest of reco_mini.Config: each has its rule, so a new one
-# fails tests/test_validation.py until it gets one.
+# The numeric settings of reco_mini.LossConfig (with reco_variants.PeerSettings') and of the rest of reco_mini.Config
+# (with reco_task.TaskSettings' and RunSettings'): each has its rule, so a new one fails tests/test_validation.py until
+# it gets one.
 LOSS_NUMBERS = {
     "focal_gamma": Allowed(0, special=(None,)),
     "variance_cap": POSITIVE,
@@ -113,6 +115,7 @@ LOSS_NUMBERS = {
 RUN_NUMBERS = {
     "seed": Allowed(0),
     "eval_seed": Allowed(0, special=(-1,)),  # -1 = seed + 1
+    # reco_task.TaskSettings' (the problems and the tiny base)
     "n_train": Allowed(1),
     "n_test": Allowed(1),
     "hidden": Allowed(8, multiple_of=8),  # 4 attention heads, each of an even width (rotary embeddings)
@@ -120,6 +123,7 @@ RUN_NUMBERS = {
     "sft_steps": Allowed(1),
     "sft_batch": Allowed(1),
     "sft_lr": POSITIVE,
+    # reco_mini.Config's own (the RL run and its evaluation)
     "steps": Allowed(1),
     "prompts_per_step": Allowed(1),
     "group_size": Allowed(2),  # group-relative advantages need two responses
@@ -130,8 +134,9 @@ RUN_NUMBERS = {
     "temperature": POSITIVE,  # sampling divides the logits by it
     "max_new_tokens": Allowed(0),  # 0 = the task's
     "n_eval": Allowed(1),
-    "eval_batch": Allowed(0),  # 0 = the task's
     "eval_every": Allowed(0),  # 0 = at the end only
+    # RunSettings' (below: memory and precision)
+    "eval_batch": Allowed(0),  # 0 = the task's
     "micro_batch": Allowed(0),  # 0 = the whole mini-batch
     "head_chunk": Allowed(0, special=(-1,)),  # 0 = full logits, -1 = the task's
 }
@@ -152,6 +157,43 @@ def choice(cfg, name: str, choices, empty_ok: bool = False) -> tuple[str, bool, 
     """(field, ok, message): the setting is one of `choices` (or '', the method's, where `empty_ok`)."""
     value = getattr(cfg, name)
     return name, value in choices or (empty_ok and value == ""), f"must be one of {list(choices)}, got {value!r}"
+
+
+def check(checks: list[tuple[str, bool, str]]) -> None:
+    """Raise ConfigError for the first (field, ok, message) that is not ok."""
+    for name, ok, message in checks:
+        if not ok:
+            raise ConfigError(name, message)
+
+
+def register(registry: dict, name: str):
+    """Decorator: file a function in `registry` under `name`, the value its flag takes."""
+
+    def file_under_name(fn):
+        registry[name] = fn
+        return fn
+
+    return file_under_name
+
+
+@dataclass
+class RunSettings:
+    """reco_mini.Config's plumbing flags: where it runs and writes, memory and precision, logging. Their values are
+    listed by --help (CHOICES) and checked with the run's (RUN_NUMBERS, run_checks)."""
+    device: str = opt("auto", "where to train (auto: cuda when there is one)")
+    out: str = opt("", "output directory (default runs/default, or runs/quick with --quick)")
+    quick: bool = opt(False, "a tiny budget: a smoke test of the whole pipeline (QUICK)")
+    eval_batch: int = opt(0, "most responses sampled at once to evaluate (0: 4096, math 64)")
+    micro_batch: int = opt(0, "rows per forward; gradients add up over the mini-batch (0 = all)")
+    head_chunk: int = opt(-1, "row-tokens per lm-head slice (0 = full logits; -1: math 256)")
+    dtype: str = opt("float32", "precision of the forwards (bfloat16: autocast over fp32 weights)")
+    gradient_checkpointing: bool = opt(False, "recompute each decoder layer in the backward pass")
+    log: str = opt("", "also log each RL step to (log.jsonl is always written)")
+    overwrite: bool = opt(False, "replace the results of a different config in --out")
+
+
+# --quick: the defaults it replaces (a flag given explicitly still wins)
+QUICK = dict(n_train=64, n_test=16, hidden=64, layers=2, sft_steps=300, steps=4, prompts_per_step=8, n_eval=32)
 
 
 def loss_checks(cfg, occurrences: list[str], token_ratios: list[str], advantages: list[str], gates: list[str],
@@ -203,13 +245,14 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
         ("methods", all(m in methods for m in cfg.method_list),  # none: the base alone (the studies' evaluation)
          f"must be a comma-separated subset of {list(methods)}, got {cfg.methods!r}"),
         choice(cfg, "task", tasks),
-        ("task", cfg.task != "math" or bool(cfg.model and cfg.data), "math needs --model and --data"),
+        ("task", cfg.task not in ("math", "code", "code-chat") or bool(cfg.model and cfg.data),
+         f"{cfg.task} needs --model and --data"),
         ("data", not missing_file(cfg.data), f"{cfg.data}: no such file"),  # a dataset name is checked when loaded
         ("eval_data", not missing_file(cfg.eval_data), f"{cfg.eval_data}: no such file"),
         ("device", not device_problem(cfg.device), device_problem(cfg.device)),
         ("minibatches", cfg.minibatches < 1 or n % cfg.minibatches == 0,  # < 1: the rule above says so
          f"must divide prompts-per-step x group-size ({n}), got {cfg.minibatches}"),
-        ("n_train", cfg.task == "math" or cfg.n_train >= cfg.prompts_per_step,
+        ("n_train", cfg.task in ("math", "code", "code-chat") or cfg.n_train >= cfg.prompts_per_step,
          f"must be >= --prompts-per-step ({cfg.prompts_per_step}), got {cfg.n_train}"),
         ("pass_k", cfg.advantage != "pass-at-k" or cfg.pass_k <= cfg.group_size,
          f"must be at most --group-size ({cfg.group_size}), got {cfg.pass_k}"),
@@ -220,10 +263,18 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
     ]
 
 
-def resolve_defaults(cfg, task) -> None:
-    """reco_mini.Config's settings that default to the task's (0, or -1 for --head-chunk), the output directory
-    (runs/default, or runs/quick with --quick) and the device ("auto": cuda when there is one); then the one check
-    that needs the task's default (the token term that reads the logits, which --head-chunk does not keep)."""
+def resolve_defaults(cfg, task, methods: list[str], tasks: list[str]) -> None:
+    """reco_mini.Config's settings that default to the task's (0, or -1 for --head-chunk), the task's own defaults
+    (task.config_defaults, for fields left at Config's default: as with --quick, a flag set to Config's default takes
+    the task's), the output directory (runs/default, or runs/quick with --quick) and the device ("auto": cuda when
+    there is one); then the one check that needs the task's default (the token term that reads the logits, which
+    --head-chunk does not keep)."""
+    own = {f.name: f.default for f in fields(cfg)}
+    changed = {name: value for name, value in task.config_defaults.items() if getattr(cfg, name) == own[name]}
+    for name, value in changed.items():
+        setattr(cfg, name, value)
+    if changed:  # the checks again, on the task's values
+        check(cfg.checks() + run_checks(cfg, methods, tasks))
     cfg.max_new_tokens = cfg.max_new_tokens or task.max_new_tokens
     cfg.out = cfg.out or ("runs/quick" if cfg.quick else "runs/default")
     cfg.eval_batch = cfg.eval_batch or task.eval_batch
@@ -347,12 +398,21 @@ REGISTRIES = {"methods": "METHODS", "task": "TASKS", "occurrence": "OCCURRENCES"
               "advantage": "ADVANTAGES", "prompt_gate": "PROMPT_GATES", "response_weight": "RESPONSE_WEIGHTS"}
 
 
-def parse_config(cls: type, argv: list[str] | None, quick: dict, description: str):
+def flag_order(cls: type) -> list:
+    """The fields of dataclass `cls` by the class that defines them: its own first, then each base's in the method
+    resolution order (reco_mini.Config: its own, the loss's, the peers', the task's, then RunSettings'). The start-up
+    lines list changed settings in this order; --help groups the flags by GROUPS."""
+    own = [name for c in cls.__mro__ for name in vars(c).get("__annotations__", {})]
+    by_name = {f.name: f for f in fields(cls)}
+    return [by_name[name] for name in dict.fromkeys(own) if name in by_name]
+
+
+def parse_config(cls: type, argv: list[str] | None, description: str):
     """`cls` (a dataclass whose fields carry a "help" metadata entry) from command-line flags.
 
     --help lists the flags in GROUPS' order, each with its default once and, for a setting with a fixed set of
     values, that set (CHOICES, or the registries of REGISTRIES). --quick replaces the defaults of the fields named in
-    `quick`; flags given explicitly still win. --method M is --methods M (both is an error). The dataclass
+    QUICK; flags given explicitly still win. --method M is --methods M (both is an error). The dataclass
     validates itself and raises ValueError naming the flag, which becomes a one-line error.
     """
     defined_in = vars(sys.modules[cls.__module__])
@@ -378,7 +438,7 @@ def parse_config(cls: type, argv: list[str] | None, quick: dict, description: st
         parser.error(f"--method {args['method']} and --methods {args['methods']}: give one of them")
     args["methods"] = args.pop("method") or args["methods"]
     if args["quick"]:
-        args |= {k: v for k, v in quick.items() if args[k] == next(f.default for f in fields(cls) if f.name == k)}
+        args |= {k: v for k, v in QUICK.items() if args[k] == next(f.default for f in fields(cls) if f.name == k)}
     try:
         return cls(**args)
     except ValueError as e:
@@ -391,7 +451,7 @@ def describe_settings(cfg) -> str:
     `cfg` is a dataclass whose default instance is `type(cfg)()`; the full config goes to results.json.
     """
     default = type(cfg)()
-    changed = [(f.name, getattr(cfg, f.name), getattr(default, f.name)) for f in fields(cfg)
+    changed = [(f.name, getattr(cfg, f.name), getattr(default, f.name)) for f in flag_order(type(cfg))
                if getattr(cfg, f.name) != getattr(default, f.name)]
     shown = [("--" + name.replace("_", "-") + ("" if value is True else f" {value}"),
               "off" if default_value is False else repr(default_value) if default_value == "" else str(default_value))
@@ -551,35 +611,6 @@ def check_lm_head(model) -> None:
                          "state; use --head-chunk 0")
 
 
-@torch.no_grad()
-def sample(model, prompt_ids: Tensor, prompt_mask: Tensor, max_new_tokens: int, temperature: float,
-           stop_ids: int | list[int], pad_id: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """Sample from softmax(logits/tau) token by token, reusing the KV cache. prompt_ids, prompt_mask: [B, L]
-    left-padded -> responses [B, T], mask [B, T] (1 up to and including the first of `stop_ids`, the EOS and any
-    other token that ends a response (stop_token_ids); later positions hold pad_id)."""
-    from transformers import DynamicCache
-
-    stop = torch.tensor(stop_ids, device=prompt_ids.device).view(-1)
-    cache, attn = DynamicCache(), prompt_mask
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L]
-    logits = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
-                   logits_to_keep=1).logits[:, -1]  # the last position's logits only, not [B, L, V]
-    done, tokens, alive = torch.zeros(prompt_ids.shape[0], dtype=torch.bool, device=prompt_ids.device), [], []
-    for _ in range(max_new_tokens):
-        probs = F.softmax(logits.float() / temperature, dim=-1)  # [B, V]
-        nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [B]
-        alive.append(~done)
-        tokens.append(torch.where(done, pad_id, nxt))
-        done = done | torch.isin(nxt, stop)
-        if done.all():
-            break
-        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-        pos = pos[:, -1:] + 1
-        logits = model(input_ids=tokens[-1][:, None], attention_mask=attn, position_ids=pos,
-                       past_key_values=cache).logits[:, -1]
-    return torch.stack(tokens, 1), torch.stack(alive, 1).long()
-
-
 @dataclass
 class Step:
     """One RL step once the response weights are computed: what reco_mini.train_rl's on_step hook is given.
@@ -625,50 +656,24 @@ def occurrence_inputs(seq_logprobs: Tensor, mode: str, modes: list[str], respons
     return flat, None if lengths is None else lengths.double()
 
 
-def stop_if_not_finite(loss: float, grad_norm: float, where: str, ckpt: Path) -> None:
-    """Stop the run, before the optimizer step, on a non-finite loss or gradient: the last good weights stay."""
+def stop_if_not_finite(loss: float, grad_norm: float, where: str, run_dir: Path) -> None:
+    """Stop the run, before the optimizer step, on a non-finite loss or gradient: the last good weights stay
+    (run_dir/model.pt)."""
+    ckpt = Path(run_dir) / "model.pt"
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         kept = f"last good checkpoint kept at {ckpt}" if ckpt.exists() else "no checkpoint yet"
         sys.exit(f"error: non-finite loss or gradient in {where}; {kept}")
 
 
-def response_logits(model, prompt_ids: Tensor, prompt_mask: Tensor, resp: Tensor, resp_mask: Tensor,
-                    hidden: bool = False) -> Tensor:
-    """Logits at the positions that predict each response token: [B, T, V]. With `hidden`, the
-    decoder's last hidden states there instead, [B, T, H], from which the lm head makes them."""
-    ids, attn = torch.cat([prompt_ids, resp], 1), torch.cat([prompt_mask, resp_mask], 1)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # prompts are left-padded: positions start at 0
-    net = model.get_decoder() if hidden else model
-    out = net(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
-    return (out.last_hidden_state if hidden else out.logits)[:, prompt_ids.shape[1] - 1: -1]
-
-
-def forward_stats(cfg, model, seqs: tuple, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """reco_mini's token_logprobs, variance_stat and token_entropy of rollout rows `rows` (seqs: prompt_ids,
-    prompt_mask, resp, mask) under `model` (cfg: a reco_mini.Config), computed by token_stats: from the full
-    logits or, with --head-chunk N, from the hidden states, N row-tokens per slice of the lm head."""
-    x = response_logits(model, *(s[rows] for s in seqs), hidden=cfg.head_chunk > 0)
-    head = model.get_output_embeddings() if cfg.head_chunk > 0 else None
-    return token_stats(x, seqs[2][rows], cfg.temperature, cfg.head_chunk or 256, head)
-
-
-def old_stats(cfg, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
-    """The old statistics: log pi(y_t), V(s_t) and H(s_t) of the whole rollout batch under `model`, without
-    gradient (forward_stats), cfg.micro_batch rows per forward."""
-    rows = torch.arange(len(seqs[2]), device=seqs[2].device).split(cfg.micro_batch or len(seqs[2]))
-    with torch.no_grad(), autocast(cfg.device, cfg.dtype):
-        parts = [forward_stats(cfg, model, seqs, i) for i in rows]
-    return tuple(torch.cat(t) for t in zip(*parts))
-
-
 def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk: int = 256,
                 head: torch.nn.Module | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """An optimisation of reco_mini's token_logprobs, variance_stat and token_entropy: the same values bit for bit
-    (tests/test_mini_token_stats.py), in one pass without their fp32 copies of [B, T, V]: one fp32 slice of about
-    `chunk` tokens at a time. log pi's gradient recomputes its slice in the backward pass (checkpoint), so only the
-    logits stay alive. [B,T,V],[B,T] -> 3 x [B,T]; V and H: no gradient. With `head` (the lm head), `logits` are the
-    last hidden states [B,T,H]: each slice makes its logits, and the backward pass remakes them, so no [B, T, V]
-    tensor is kept (--head-chunk)."""
+    """reco_mini's memory-saving path (--head-chunk > 0, and --task math by default): its token_logprobs,
+    variance_stat and token_entropy in one pass without their fp32 copies of [B, T, V], one fp32 slice of about
+    `chunk` tokens at a time, the same values bit for bit from the logits (tests/test_mini_token_stats.py checks it
+    against the readable path, as llm.c checks its fast path). log pi's gradient recomputes its slice in the backward
+    pass (checkpoint), so only the logits stay alive. [B,T,V],[B,T] -> 3 x [B,T]; V and H: no gradient. With `head`
+    (the lm head), `logits` are the last hidden states [B,T,H]: each slice makes its logits, and the backward pass
+    remakes them, so no [B, T, V] tensor is kept."""
     def one_slice(z: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         z = z if head is None else head(z)
         z = (z.double() if z.dtype == torch.float64 else z.float()) / temperature  # the one upcast
@@ -683,6 +688,56 @@ def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk
              for z, y in zip(logits.split(width, dim=1), targets.split(width, dim=1))]
     logp, v, h = (torch.cat(t, dim=1) for t in zip(*parts))
     return logp, v.detach(), h.detach()
+
+
+def check_training(cfg, loss_cfg, model, base_on_device: bool) -> None:
+    """reco_mini.train_rl's checks before the first step: the KL term needs the base on the model's device, and
+    --head-chunk > 0 a model whose logits are its lm head on the last hidden state, and no term that reads them."""
+    if loss_cfg.kl_coef > 0 and not base_on_device:
+        raise ValueError("--kl-coef > 0 needs the base model on the model's device")
+    if cfg.head_chunk > 0:
+        check_lm_head(model)
+        if loss_cfg.token_ratio == "simko":
+            raise ConfigError("head_chunk", "> 0 keeps no logits, which --token-ratio simko reads")
+
+
+def step_row(step: int, rewards: Tensor, A: Tensor, w: Tensor, v_old_mean: Tensor, entropy: Tensor,
+             kl_base: Tensor | None, mask: Tensor) -> dict:
+    """The first fields of a reco_mini log row (docs/design.md section 2): the rewards [P, G] and the share of groups
+    with a success, mean |A|, the weights' range, V_old's batch mean, the mean token entropy and, when the base was at
+    hand, k3 to it [B, T], both over the response tokens (mask), and the mean response length."""
+    tokens = mask.sum()
+    row = {"step": step, "reward_mean": rewards.mean().item(),
+           "pass_rate": (rewards.max(1).values > 0).float().mean().item(), "adv_abs_mean": A.abs().mean().item(),
+           "w_min": w.min().item(), "w_mean": w.mean().item(), "w_max": w.max().item(),
+           "v_old_mean": float(v_old_mean), "entropy": ((entropy * mask).sum() / tokens).item()}
+    if kl_base is not None:
+        row["kl_base"] = ((kl_base * mask).sum() / tokens).item()
+    return row | {"response_length": mask.sum(-1).mean().item()}
+
+
+def update_summary(stats: dict[str, list[float]]) -> dict[str, float]:
+    """A step's statistics from its updates' values (policy_loss's per micro-batch): the mean, the largest for *_max."""
+    return {k: max(v) if k.endswith("_max") else sum(v) / len(v) for k, v in stats.items()}
+
+
+class Trajectory:
+    """run_dir/trajectory.jsonl: Pass@k along training, one row every `every` RL steps (0: no file)."""
+
+    def __init__(self, run_dir: Path, every: int):
+        self.every = every
+        self.file = open(Path(run_dir) / "trajectory.jsonl", "w", buffering=1) if every else None
+
+    def due(self, steps_done: int) -> bool:
+        return bool(self.every) and steps_done % self.every == 0
+
+    def write(self, steps_done: int, result: dict) -> None:
+        self.file.write(json.dumps({"step": steps_done, **result}) + "\n")
+
+
+def default_ks(n: int) -> list[int]:
+    """The k of a Pass@k curve from n samples: 1, 2, 4, ... up to n, and n itself."""
+    return sorted({2 ** i for i in range(n.bit_length()) if 2 ** i <= n} | {n})
 
 
 def autocast(device: str, dtype: str) -> torch.autocast:
@@ -710,13 +765,21 @@ def training(model, gradient_checkpointing: bool):
 
 
 def math_splits(data: str, eval_data: str = "") -> dict[str, list[dict]]:
-    """Training and held-out math problems: `eval_data` if given, else a fixed fifth of `data` (the same
-    problems whatever the run's seed). Bad rows are one-line errors naming the file, line and field."""
-    from reco_data import DataError, load_problems
+    """Training and held-out math problems (reco_data.load_problems), as held_out_splits makes them."""
+    from reco_data import load_problems
+
+    return held_out_splits(data, eval_data, load_problems)
+
+
+def held_out_splits(data: str, eval_data: str, load: Callable[[str], list]) -> dict[str, list]:
+    """Training and held-out problems, each source read by `load`: `eval_data` if given, else a fixed fifth of
+    `data` (the same problems whatever the run's seed). Bad rows are one-line errors naming the file, line and
+    field."""
+    from reco_data import DataError
 
     try:
-        train = load_problems(data)
-        test = load_problems(eval_data) if eval_data else None
+        train = load(data)
+        test = load(eval_data) if eval_data else None
     except DataError as e:
         fail(str(e))
     if test is None:

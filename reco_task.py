@@ -3,12 +3,34 @@
 A task gives reco_mini's loop everything that depends on the kind of problem: the splits, the prompt and the
 tokens that end a response, the reward, each response's canonical key (OCCURRENCES["canonical"]), the class of each
 response token where the task defines classes, and, for evaluation, its correct responses per solution form. The loop
-asks the task and never the problem's type. TASKS holds the three built in: countdown, countdown-long and math.
+asks the task and never the problem's type. TASKS holds the six built in: countdown, countdown-long, math, code,
+code-chat and code-tiny. TaskSettings holds reco_mini.Config's flags of the problems and the base model.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import reco_code_task as ct
+import reco_code_tiny as tiny
 import reco_countdown as rc
 import reco_io
+from reco_io import opt
+
+
+@dataclass
+class TaskSettings:
+    """reco_mini.Config's flags of what it trains on: the math task's model and data, and Countdown's problems and its
+    tiny SFT base (reco_countdown)."""
+    model: str = opt("", "Hugging Face model name or directory (default: a tiny model built here)")
+    data: str = opt("", "math, code problems: .jsonl/.parquet, dataset dir, hub NAME[:CONFIG][:SPLIT]; code: humaneval")
+    eval_data: str = opt("", "held-out math, code problems, as --data (default: a fifth of --data)")
+    n_train: int = opt(1024, "countdown RL training problems")
+    n_test: int = opt(64, "held-out countdown problems, in each of the test and validation splits")
+    hidden: int = opt(96, "width of the tiny model")
+    layers: int = opt(3, "decoder layers of the tiny model")
+    sft_steps: int = opt(400, "SFT steps of the tiny base model")
+    sft_batch: int = opt(128, "SFT demonstrations per step")
+    sft_lr: float = opt(3e-3, "peak SFT learning rate (one cycle)")
 
 
 class Task:
@@ -17,6 +39,7 @@ class Task:
     max_new_tokens = 1024  # the response length limit (--max-new-tokens 0)
     eval_batch = 64  # responses sampled at once when evaluating (--eval-batch 0)
     head_chunk = 256  # row-tokens per slice of the lm head (--head-chunk -1)
+    config_defaults: dict = {}  # other reco_mini.Config fields whose default this task replaces (reco_io.resolve_defaults)
 
     def splits(self, cfg) -> dict[str, list]:
         """{"train": [...], "test": [...]} and optionally "val": the problems, from the run's Config."""
@@ -33,7 +56,7 @@ class Task:
         return [self.reward(p, t) for p, t in zip(problems, texts)]
 
     def stop_ids(self, tokenizer, model) -> list[int]:
-        """The tokens that end a response (reco_io.sample stops a row at the first of them)."""
+        """The tokens that end a response (reco_mini.sample stops a row at the first of them)."""
         return [tokenizer.eos_token_id]
 
     def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
@@ -52,6 +75,11 @@ class Task:
     def tiny_base(self, cfg, splits: dict[str, list]):
         """(tokenizer, model): the base policy built here when no --model is given."""
         raise ValueError(f"--task {self.name} needs --model")
+
+    def base(self, cfg, splits: dict[str, list]):
+        """(tokenizer, model): the base policy, --model's or the task's tiny one, frozen."""
+        tokenizer, model = reco_io.load_hf(cfg.model, cfg.device) if cfg.model else self.tiny_base(cfg, splits)
+        return tokenizer, model.requires_grad_(False)
 
 
 class Countdown(Task):
@@ -128,4 +156,83 @@ class Math(Task):
         return [f"answer:{_normalize(b)[0]}" if b is not None else f"text:{t}" for b, t in zip(boxes, texts)]
 
 
-TASKS: dict[str, Task] = {task.name: task for task in (Countdown(), CountdownLong(), Math())}
+class Code(Task):
+    """Code problems from a dataset (reco_code_data: HumanEval, MBPP, EvalPlus, APPS, CodeContests, LiveCodeBench) for
+    a base model, which continues a completion prompt; a response's program is the prompt and the response cut at the
+    stop sequences (reco_code_task), graded by its tests in reco_code's sandbox. Needs --model and --data."""
+    name, chat = "code", False
+
+    def splits(self, cfg) -> dict[str, list]:
+        return ct.code_splits(cfg.data, cfg.eval_data)
+
+    def prompt(self, problem, tokenizer) -> str:
+        return ct.instruct_prompt(problem, tokenizer) if self.chat else ct.completion_prompt(problem)
+
+    def program(self, problem, text: str) -> str:
+        """The program a response stands for (reco_code_task.completion_program or fenced_program)."""
+        if self.chat:
+            return ct.fenced_program(text)
+        return ct.completion_program(ct.completion_prompt(problem), text, problem["entry_point"])
+
+    def reward(self, problem, text: str) -> float:
+        return self.rewards([problem], [text])[0]
+
+    def rewards(self, problems: list, texts: list[str]) -> list[float]:
+        """A rollout batch's programs graded at once, in parallel (reco_code.grade_many)."""
+        programs = [self.program(p, t) for p, t in zip(problems, texts)]
+        return [float(ok) for ok in ct.grade(programs, [p["tests"] for p in problems])]
+
+    def stop_ids(self, tokenizer, model) -> list[int]:
+        """The EOS, the model's generation config's EOS ids and, with a chat template, a chat turn's end."""
+        return reco_io.stop_token_ids(tokenizer, "chat" if self.chat else "plain", getattr(model, "generation_config", None))
+
+    def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
+        """The program's key: programs equal up to formatting share it (reco_code_task.program_key)."""
+        flat = [p for p in problems for _ in range(group_size)]
+        return [ct.program_key(self.program(p, t)) for p, t in zip(flat, texts)]
+
+
+class CodeChat(Code):
+    """The same problems for an instruct model: a chat-template prompt asking for one fenced ```python block, whose
+    last such block is the program."""
+    name, chat = "code-chat", True
+
+
+class CodeTiny(Task):
+    """reco_code_tiny's task: write f(x) from two numbers and one example, paid on hidden tests run in reco_code's
+    sandbox; a tiny model is built for it. Sized (config_defaults: a smaller model, fewer samples and RL steps than
+    Countdown's) so that `python reco_mini.py --task code-tiny` prints its table within 5 minutes on 2 busy CPU
+    cores, much of it spent running programs in the sandbox."""
+    name, max_new_tokens, eval_batch, head_chunk = "code-tiny", tiny.MAX_NEW_TOKENS, 4096, 0
+    config_defaults = {"hidden": 64, "layers": 2, "n_eval": 64, "steps": 20, "prompts_per_step": 16}
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[str, str], bool] = {}  # verdicts of the programs graded so far (reco_code_tiny.grade)
+
+    def splits(self, cfg) -> dict[str, list]:
+        return tiny.make_splits(cfg)
+
+    def prompt(self, problem, tokenizer) -> str:
+        return problem.prompt
+
+    def reward(self, problem, text: str) -> float:
+        return self.rewards([problem], [text])[0]
+
+    def rewards(self, problems: list, texts: list[str]) -> list[float]:
+        return tiny.grade(problems, texts, self.known)
+
+    def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
+        return [ct.program_key(tiny.program(t)) for t in texts]
+
+    def forms(self, problem, correct: list[str]) -> list[int]:
+        return tiny.form_counts(correct)
+
+    def tiny_base(self, cfg, splits: dict[str, list]):
+        """reco_countdown's character tokenizer (with x) and tiny model, SFT-ed on skewed demonstrations (cached).
+        On a CPU with OMP_NUM_THREADS unset, torch runs on one thread from here on (reco_code_tiny.one_thread)."""
+        tiny.one_thread(cfg.device)
+        tokenizer = tiny.char_tokenizer()
+        return tokenizer, tiny.load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"]))
+
+
+TASKS: dict[str, Task] = {task.name: task for task in (Countdown(), CountdownLong(), Math(), Code(), CodeChat(), CodeTiny())}

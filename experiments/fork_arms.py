@@ -13,9 +13,12 @@ registers, before any parse_config:
   methods reco-token-fork-oracle, reco-token-fork-detected, entropy-top20, reco-response-canonical (the canonical
   occurrence weights with GRPO's ratio: ReCo's response term alone)
 
-`rollout_scale` gives each token ratio's on-policy scale at rollout time (r = 1, keep = 1), from which `on_step`
-logs, next to the studies' own diagnostics (diagnostics.on_step), every arm's own update share by token class and the
-selected tokens' precision and recall for the fork labels.
+An arm's tokens s_t reach its loss from outside reco_mini: `on_step`, the study's hook, computes them once a step
+(SELECTS) and returns them under "batch", which reco_mini.train_rl adds to the update's batch; policy_loss hands the
+batch to the token term as TokenTerms.batch, where the arm reads "select". `ROLLOUT_SCALES` gives each token ratio's
+on-policy scale at rollout time (r = 1, keep = 1), from which `on_step` logs, next to the studies' own diagnostics
+(diagnostics.on_step), every arm's own update share by token class and the selected tokens' precision and recall for
+the fork labels.
 """
 from __future__ import annotations
 
@@ -53,14 +56,15 @@ def detected_forks(step: rm.Step) -> Tensor:
     return top_share(fork_detect.DETECTORS[DETECTOR["name"]](step), step.mask, DETECTOR["share"])
 
 
-rm.TOKEN_SELECTS |= {"variance-fork-oracle": fork_tokens, "variance-fork-detected": detected_forks,
-                     "entropy-top20": entropy_top}
+SELECTS = {  # token ratio -> its tokens s_t, a [B, T] 0/1 mask from the step
+    "variance-fork-oracle": fork_tokens, "variance-fork-detected": detected_forks, "entropy-top20": entropy_top}
 
 
-def _need_select(t: rm.TokenTerms, cfg: rm.LossConfig) -> None:
-    if t.select is None:
-        raise ValueError(f"token ratio {cfg.token_ratio!r} needs the batch's 'select' mask (reco_mini.TOKEN_SELECTS, "
-                         "filled by reco_mini.train_rl); this trainer does not provide it")
+def _selected(t: rm.TokenTerms, cfg: rm.LossConfig) -> Tensor:
+    if t.batch.get("select") is None:
+        raise ValueError(f"token ratio {cfg.token_ratio!r} needs the batch's 'select' mask (fork_arms.on_step returns "
+                         "it under 'batch' and reco_mini.train_rl adds it to the batch); this trainer does not provide it")
+    return t.batch["select"]
 
 
 @rm.register(rm.TOKEN_RATIOS, "variance-fork-oracle")
@@ -68,18 +72,17 @@ def _need_select(t: rm.TokenTerms, cfg: rm.LossConfig) -> None:
 def variance_on_selected(t: rm.TokenTerms, cfg: rm.LossConfig) -> tuple[Tensor, Tensor]:
     """l_t = s_t l_t^variance + (1 - s_t) l_t^is: ReCo's variance ratio rho_t = sg(min(V_theta / V_old_mean, c_max)) on
     the selected tokens, GRPO's clipped ratio on the others. rho reported: rho_t where s_t = 1, else 1."""
-    _need_select(t, cfg)
+    s = _selected(t, cfg)
     var_loss, rho = rm.variance_ratio(t, cfg)
     is_loss, _ = rm.importance_ratio(t, cfg)
-    s = t.select.to(var_loss.dtype)
+    s = s.to(var_loss.dtype)
     return s * var_loss + (1 - s) * is_loss, torch.where(s > 0, rho, torch.ones_like(rho))
 
 
 @rm.register(rm.TOKEN_RATIOS, "entropy-top20")
 def importance_on_selected(t: rm.TokenTerms, cfg: rm.LossConfig) -> tuple[Tensor, None]:
     """l_t = s_t l_t^is: GRPO's clipped loss on the selected tokens only (the others give no gradient)."""
-    _need_select(t, cfg)
-    return t.select.to(t.logp.dtype) * rm.importance_ratio(t, cfg)[0], None
+    return _selected(t, cfg).to(t.logp.dtype) * rm.importance_ratio(t, cfg)[0], None
 
 
 rm.METHODS |= {
@@ -112,23 +115,25 @@ def class_shares(size: Tensor, cls: Tensor, mask: Tensor) -> dict[str, float | N
 
 
 def on_step(step: rm.Step) -> dict:
-    """reco_mini.train_rl's per-step hook for every arm of the study:
+    """reco_mini.train_rl's per-step hook for every arm of the study: the arm's tokens under "batch" (its "select"
+    mask, for the arm's token term; arms that select none add nothing), and the fields to log:
 
       arm_share_<class>   the class's share of sum_t |w_i scale_t A_i|, scale = ROLLOUT_SCALES[the arm's token ratio]
-      select_share        the share of response tokens the arm's TOKEN_SELECTS entry picks (None for other ratios)
+      select_share        the share of response tokens the arm's SELECTS entry picks (None for other ratios)
       select_precision    fork tokens among them; select_recall: the fork tokens picked (None without selection)
     """
     ratio = step.loss_cfg.token_ratio
-    out = diagnostics.on_step(step)  # the long study's fields, so that its rows and these read alike
+    select = SELECTS[ratio](step) if ratio in SELECTS else None
+    out = diagnostics.on_step(step, select)  # the long study's fields, so that its rows and these read alike
     cls = token_classes(step)
     scale = ROLLOUT_SCALES[ratio](step)
     size = (step.weights.view(-1, 1) * scale * step.advantages.view(-1, 1)).abs() * step.mask
     out |= {f"arm_share_{c}": v for c, v in class_shares(size, cls, step.mask).items()}
     out |= {"select_share": None, "select_precision": None, "select_recall": None}
-    if ratio in rm.TOKEN_SELECTS:
-        chosen = rm.TOKEN_SELECTS[ratio](step) * step.mask
+    if select is not None:
+        chosen = select * step.mask
         forks = ((cls == TOKEN_CLASSES.index("fork")) & (step.mask > 0)).to(chosen.dtype)
         metrics = fork_detect.precision_recall(chosen, forks)
         out |= {"select_share": (chosen.sum() / step.mask.sum()).item(), "select_precision": metrics["precision"],
-                "select_recall": metrics["recall"]}
+                "select_recall": metrics["recall"], "batch": {"select": select}}
     return out

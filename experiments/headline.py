@@ -1,13 +1,16 @@
-"""The README's findings in plain words, written from the committed results JSON, never typed.
+"""The findings in plain words, written from the committed results JSON, never typed: two sentences for the
+README's first screen, and one line per study (each hypothesis of the fork study) for the summary at the top of
+docs/results.md.
 
 Each sentence is chosen by a rule on a study's verdict (a 95% CI above zero, below zero, or neither; a hypothesis
 confirmed or not), so a null reads as a null: the exploratory CPU study's concentration (`results/cpu_study.json`),
-the frontier study's hypotheses H1-H3 (`results/frontier_study.json`) and the long-response study's H2-H4
-(`results/long_study.json`), or how far it has run. The statistics behind each sentence (the designs, Holm
-corrections, the matched Pass@1 level, the amendment, the exploratory whole-trajectory re-analysis) are in
-docs/results.md. tests/test_docs.py checks that the README's block is what this renders from the committed files.
+the frontier study's hypotheses H1-H3 (`results/frontier_study.json`), the long-response study's H2-H4
+(`results/long_study.json`), the fork study's (`results/fork_study.json`) and the positive-control study's, or how
+far a study has run: a partial one says PARTIAL. The statistics behind each sentence (the designs, Holm corrections,
+the matched Pass@1 level, the amendment, the exploratory whole-trajectory re-analysis) are in docs/results.md.
+tests/test_docs.py checks that both blocks are what this renders from the committed files.
 
-  python experiments/headline.py --write README.md
+  python experiments/headline.py --write README.md --write docs/results.md
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cpu_study  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"
+BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"  # the README's two sentences
+FINDINGS_BEGIN, FINDINGS_END = "<!-- findings:begin -->", "<!-- findings:end -->"  # docs/results.md's summary
 FRONTIER, CPU, LONG = "results/frontier_study.json", "results/cpu_study.json", "results/long_study.json"
 FORK, CONTROL = "results/fork_study.json", "results/control_study.json"
 SOURCES = (FRONTIER, CPU, LONG)  # FORK and CONTROL join them once their studies have written a summary
@@ -99,13 +103,80 @@ def long_study_sentence(long: dict) -> str:
             f"{compared(h['H3'], 'its token-level half alone')}, though it {shift}.")
 
 
-def fork_study_lines(fork: dict | None) -> list[str]:
+ARM_WORDS = {"reco": "ReCo", "reco-positive": "ReCo with positive-only weights",
+             "reco-canonical": "ReCo counting the same solution written differently as a copy",
+             "reco-token": "ReCo's token term alone", "reco-token-fork-oracle": "ReCo's token term at fork tokens",
+             "reco-response-canonical": "ReCo's response term alone"}
+
+
+def verdict(h: dict) -> str:
+    """A coverage hypothesis of an arm against GRPO, by its rule: "more" (confirmed), "less" (95% CI below zero) or
+    "none" (neither: a null, not evidence of no effect)."""
+    return "more" if h["confirmed"] else "less" if h["ci_high"] < 0 else "none"
+
+
+def coverage_comparisons(frontier: dict, long: dict, fork: dict | None) -> list[tuple[str, str]]:
+    """(arm, verdict) of every pre-registered comparison of a form of ReCo with GRPO on coverage at matched training
+    progress, in the finished studies: the frontier study's H1 and H3, the long study's H2 and H3, the fork study's H1
+    and H3 (its H2 compares two ReCo arms; H4 was not tested)."""
+    rows = [h for h in frontier["hypotheses"] if h["name"] in ("H1", "H3")]
+    rows = [(h["method"], verdict(h)) for h in rows]
+    if not long["partial"]:
+        rows += [(h["arm"], verdict(h)) for h in long["primary"] if h["name"] in ("H2", "H3")]
+    if fork is not None and not fork["partial"]:
+        rows += [(h["arm"], verdict(h)) for h in fork["hypotheses"] if h["name"] in ("H1", "H3") and h["tested"]]
+    return rows
+
+
+def running(long: dict, fork: dict | None, control: dict | None) -> list[str]:
+    """The studies, or parts of one, still partial in the committed summaries."""
+    out = ["the long-response study"] if long["partial"] else []
+    if fork is not None and fork["partial"]:
+        out.append("the fork study")
+    elif fork is not None and fork.get("correction", {}).get("lr_matched", {}).get("partial", False):
+        out.append("the fork study's lr-matched correction")
+    if control is not None and control["partial"]:
+        out.append("the positive-control study")
+    return out
+
+
+def readme_sentences(frontier: dict, cpu: dict, long: dict, fork: dict | None = None,
+                     control: dict | None = None) -> list[str]:
+    """The README's two plain sentences: whether GRPO concentrates here (the CPU study), and whether ReCo kept more
+    coverage than GRPO (the frontier study's H1, then every pre-registered comparison), with what is still partial."""
+    k, n = str(cpu["ks"][-1]), len(cpu["study"]["seeds"])
+    where = f"(exploratory, {n} seeds)"
+    first = {1: f"On a tiny model learning Countdown on a CPU, GRPO solved more problems on the first try than the model "
+                f"it started from but fewer within {k} tries {where}: it concentrates.",
+             -1: f"On a tiny model learning Countdown on a CPU, GRPO did not lose coverage: it solved more problems within "
+                 f"{k} tries than the model it started from {where}.",
+             0: f"On a tiny model learning Countdown on a CPU, GRPO's loss of coverage is not established: within {k} "
+                f"tries it solved about as many problems as the model it started from {where}."}
+    h1 = next(h for h in frontier["hypotheses"] if h["name"] == "H1")
+    said = {"more": "kept more coverage than GRPO", "less": "kept less coverage than GRPO",
+            "none": "did not keep measurably more coverage than GRPO"}[verdict(h1)]
+    rows = coverage_comparisons(frontier, long, fork)
+    counts = {v: [ARM_WORDS.get(a, a) for a, x in rows if x == v] for v in ("more", "less", "none")}
+
+    def part(v: str, words: str) -> str:
+        return f"{len(counts[v])} {words}" + (f" ({', '.join(counts[v])})" if counts[v] and v != "none" else "")
+
+    second = (f"ReCo {said} at the same first-try success in the pre-registered frontier study, and of the {len(rows)} "
+              f"pre-registered comparisons of a form of ReCo with GRPO, {part('more', 'found more coverage')}, "
+              f"{part('less', 'less')} and {part('none', 'no detectable difference')}")
+    partial = running(long, fork, control)
+    second += (f" (**PARTIAL**: {' and '.join(partial)} {'is' if len(partial) == 1 else 'are'} still running)."
+               if partial else ".")
+    return [first[cpu_study.ci_sign(cpu["paired_differences"]["base - grpo"]["pass_at_k"][k])], second]
+
+
+def fork_study_lines(fork: dict | None, docs: str = "docs/") -> list[str]:
     """The fork study: nothing before its first summary, how far it is while it runs, then each claim by its rule,
     the detector's verdict and the stall counts."""
     if fork is None:
         return []
     import fork_study  # here, not at the top: importing it registers the fork arms in reco_mini
-    head = "- **Aiming the token term at the tokens where solutions branch** ([docs/fork_study.md](docs/fork_study.md))"
+    head = f"- **Aiming the token term at the tokens where solutions branch** ([docs/fork_study.md]({docs}fork_study.md))"
     if fork["partial"]:
         return [f"{head}: **PARTIAL**: the study is partial ({fork['compute']['runs']} of "
                 f"{fork['compute']['runs_planned']} runs in `{FORK}`), so no finding is drawn from it yet."]
@@ -115,12 +186,13 @@ def fork_study_lines(fork: dict | None) -> list[str]:
             f"  - {fork_study.detector_lines(fork)[-1].strip()}", f"  - Stalled runs per arm: {stalls}."]
 
 
-def control_study_lines(control: dict | None) -> list[str]:
+def control_study_lines(control: dict | None, docs: str = "docs/") -> list[str]:
     """The positive-control study: nothing before its first summary, how far it is while it runs, then its answer."""
     if control is None:
         return []
     import control_study  # here, not at the top: importing it registers the fork arms in reco_mini
-    head = "- **A positive control: can any method beat GRPO's coverage here?** ([docs/control_study.md](docs/control_study.md))"
+    head = (f"- **A positive control: can any method beat GRPO's coverage here?** "
+            f"([docs/control_study.md]({docs}control_study.md))")
     if control["partial"]:
         return [f"{head}: **PARTIAL**: the study is partial ({control['compute']['runs']} of "
                 f"{control['compute']['runs_planned'] or '?'} runs in `{CONTROL}`), so no finding is drawn from it yet."]
@@ -134,42 +206,58 @@ def sources() -> tuple[list[dict], dict | None, dict | None]:
             json.loads(control.read_text()) if control.exists() else None)
 
 
+def generated_from(fork: dict | None, control: dict | None, page: str) -> str:
+    return (f"_Generated from `{FRONTIER}`, `{CPU}`, `{LONG}`"
+            + (f", `{FORK}`" + (" (PARTIAL: the study is partial)" if fork["partial"] else "") if fork else "")
+            + (f", `{CONTROL}`" + (" (PARTIAL: the study is partial)" if control["partial"] else "") if control else "")
+            + f" by `python experiments/headline.py --write {page}`; rerun it rather than editing._")
+
+
+def render_readme(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None) -> str:
+    """The README's block: two plain sentences."""
+    return "\n".join([generated_from(fork, control, "README.md"), "",
+                      " ".join(readme_sentences(frontier, cpu, long, fork, control))])
+
+
 def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None) -> str:
-    """The block: one plain sentence per finding."""
+    """docs/results.md's summary block: one plain sentence per finding, each of the fork study's hypotheses."""
     return "\n".join([
-        f"_Generated from `{FRONTIER}`, `{CPU}`, `{LONG}`"
-        + (f", `{FORK}`" + (" (PARTIAL: the study is partial)" if fork["partial"] else "") if fork else "")
-        + (f", `{CONTROL}`" + (" (PARTIAL: the study is partial)" if control["partial"] else "") if control else "")
-        + " by `python experiments/headline.py --write README.md`; "
-        "rerun it rather than editing._",
+        generated_from(fork, control, "docs/results.md"),
         "",
         f"- {concentration_sentence(cpu)}",
         *[f"- {sentence}" for sentence in frontier_sentences(frontier)],
         f"- {long_study_sentence(long)}",
-        *fork_study_lines(fork),
-        *control_study_lines(control),
+        *fork_study_lines(fork, docs=""),
+        *control_study_lines(control, docs=""),
     ])
 
 
-def write(path: Path, block: str) -> None:
+def write(path: Path, blocks: dict[tuple[str, str], str]) -> None:
+    """Fill each (begin, end) marker pair of `blocks` that the page has; a page with none is an error."""
     text = path.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"error: {path} has no {BEGIN} ... {END} markers")
-    head, rest = text.split(BEGIN, 1)
-    path.write_text(head + BEGIN + "\n" + block + "\n" + END + rest.split(END, 1)[1])
+    found = [(begin, end) for begin, end in blocks if begin in text and end in text]
+    if not found:
+        raise SystemExit(f"error: {path} has no {BEGIN} ... {END} or {FINDINGS_BEGIN} ... {FINDINGS_END} markers")
+    for begin, end in found:
+        head, rest = text.split(begin, 1)
+        text = head + begin + "\n" + blocks[(begin, end)] + "\n" + end + rest.split(end, 1)[1]
+    path.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--write", type=Path, help="page to fill between the headline markers (README.md)")
+    parser.add_argument("--write", type=Path, action="append", default=[],
+                        help="page to fill between its markers: README.md (two sentences), docs/results.md (summary)")
     args = parser.parse_args(argv)
     required, fork, control = sources()
-    block = render(*required, fork=fork, control=control)
-    if args.write:
-        write(args.write, block)
-    else:
-        print(block)
-    return block
+    blocks = {(BEGIN, END): render_readme(*required, fork=fork, control=control),
+              (FINDINGS_BEGIN, FINDINGS_END): render(*required, fork=fork, control=control)}
+    for path in args.write:
+        write(path, blocks)
+    text = "\n\n".join(blocks.values())
+    if not args.write:
+        print(text)
+    return text
 
 
 if __name__ == "__main__":  # a missing or malformed results file, a page without markers: one line, exit code 2

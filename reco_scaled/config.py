@@ -45,11 +45,11 @@ class CountdownConfig:  # task: countdown; the tiny base model is built when mod
 
 
 @dataclass
-class DataConfig:  # task: math
-    train: str = ""  # JSONL or parquet file, dataset directory or hub name NAME[:CONFIG][:SPLIT] (reco_data)
-    problem_key: str = ""  # "" = the known layouts (reco_data.PROBLEM_FIELDS)
-    answer_key: str = ""  # "" = the known layouts (reco_data.ANSWER_FIELDS)
-    template: str = "qwen-boxed"  # qwen-boxed | chat | plain
+class DataConfig:  # task: math or code
+    train: str = ""  # JSONL/parquet file, dataset directory or hub name NAME[:CONFIG][:SPLIT] (reco_data, reco_code_data)
+    problem_key: str = ""  # math: "" = the known layouts (reco_data.PROBLEM_FIELDS)
+    answer_key: str = ""  # math: "" = the known layouts (reco_data.ANSWER_FIELDS)
+    template: str = "qwen-boxed"  # qwen-boxed | chat | plain; code: plain (completion prompts) or chat (a fenced block)
     max_prompt_tokens: int = 1024  # longer prompts are dropped at load time
 
 
@@ -103,7 +103,7 @@ class RunConfig:
     name: str = ""
     out: str = ""  # default runs/<name>
     seed: int = 0
-    task: str = "countdown"  # countdown | math
+    task: str = "countdown"  # countdown | math | code
     model: ModelConfig = field(default_factory=ModelConfig)
     countdown: CountdownConfig = field(default_factory=CountdownConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -127,7 +127,7 @@ REQUIRED = ("name", "task", "model.path", "algo.method", "rollout.engine", "roll
             "train.steps", "train.prompts_per_step")
 
 CHOICES = {
-    "task": ("countdown", "math"),
+    "task": ("countdown", "math", "code"),
     "model.precision": ("bf16", "fp32"),
     "data.template": ("qwen-boxed", "chat", "plain"),
     "algo.method": tuple(METHODS),  # the other algo keys are checked by reco_mini.LossConfig
@@ -244,8 +244,11 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(f"config key 'train.loggers' {problem}")
     if not cfg.name:
         raise ConfigError("config key 'name' must not be empty")
-    if cfg.task == "math" and not (cfg.model.path and cfg.data.train):
-        raise ConfigError("task: math needs config keys 'model.path' and 'data.train'")
+    if cfg.task in ("math", "code") and not (cfg.model.path and cfg.data.train):
+        raise ConfigError(f"task: {cfg.task} needs config keys 'model.path' and 'data.train'")
+    if cfg.task == "code" and cfg.data.template not in ("plain", "chat"):
+        raise ConfigError("task: code needs config key 'data.template' plain (completion prompts, for a base model) or "
+                          f"chat (a fenced ```python block, for an instruct model), got {cfg.data.template!r}")
     if cfg.task == "countdown" and cfg.data.train:
         raise ConfigError("config key 'data.train' is for task: math; countdown problems come from reco_mini")
 
@@ -284,7 +287,7 @@ def batch_plan(cfg: RunConfig, world_size: int) -> dict[str, int]:
 def describe(cfg: RunConfig, plan: dict[str, int]) -> str:
     """The resolved config (YAML) and the batch arithmetic, as rank 0 prints them."""
     p, t = plan, cfg.train
-    max_prompt = cfg.data.max_prompt_tokens if cfg.task == "math" else "~16"
+    max_prompt = cfg.data.max_prompt_tokens if cfg.task in ("math", "code") else "~16"
     lines = [
         yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False).rstrip(),
         "batch arithmetic:",

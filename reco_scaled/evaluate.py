@@ -1,7 +1,9 @@
-"""Pass@k evaluation on math benchmarks: sample n responses per problem, grade them, report Pass@k curves.
+"""Pass@k evaluation on math and code benchmarks: sample n responses per problem, grade them, report Pass@k curves.
 
     python -m reco_scaled.evaluate --model runs/reco/final --benchmarks math500,aime24,amc23,minerva,olympiadbench \\
         --n 256 --temperature 0.6 --top-p 0.95 --engine vllm --out runs/eval/reco
+    python -m reco_scaled.evaluate --model Qwen/Qwen2.5-Coder-1.5B --benchmarks humaneval,mbpp --template plain \\
+        --n 64 --temperature 0.8 --max-new-tokens 512 --out runs/eval/coder
     python -m reco_scaled.evaluate --compare base=runs/eval/base/counts.jsonl grpo=runs/eval/grpo/counts.jsonl \\
         reco=runs/eval/reco/counts.jsonl --out runs/eval/compare
 
@@ -10,6 +12,11 @@ the problem is graded, so Pass@k for any k <= n can be recomputed later (``--fro
 and an interrupted run resumes where it stopped: problems already in counts.jsonl are not sampled again.
 Grading runs in threads (``reco_grader.grade_group``, which grades a problem's responses at once on the grader's
 time-bounded worker processes) while the engine samples the next problems. The Pass@k estimator is ``reco_mini.pass_at_k``.
+
+Code benchmarks (humaneval, mbpp: reco_scaled.data) are prompted and graded by reco_mini's code tasks (reco_task):
+``--template plain`` gives a base model HumanEval's completion prompt and cuts the program at the stop sequences,
+``--template chat`` asks an instruct model for a fenced ```python block; each problem's programs run at once in
+reco_code's sandbox, and distinct_correct counts the correct programs that differ beyond formatting.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from reco_code_task import program_key
 from reco_grader import grade_group
 from reco_io import (
     Allowed,
@@ -35,9 +43,10 @@ from reco_mini import default_ks, pass_at_k
 from reco_scaled.data import BENCHMARKS, TEMPLATES, DataError, build_prompt, load_benchmark, load_problems, parse_source
 from reco_scaled.rollout.base import RolloutEngine
 from reco_scaled.rollout.factory import ENGINES, make_engine
+from reco_task import TASKS
 
-# (problem texts, n, seed) -> n response texts per problem
-Sampler = Callable[[list[str], int, int], list[list[str]]]
+# (problems, n, seed) -> n response texts per problem
+Sampler = Callable[[list[dict], int, int], list[list[str]]]
 COUNT_FIELDS = ("benchmark", "id", "n", "c", "distinct_correct")
 # Settings that change what is sampled: a resumed run must match them.
 SAMPLING_KEYS = ("model", "n", "temperature", "top_p", "max_new_tokens", "template", "seed")
@@ -46,14 +55,14 @@ SAMPLING_KEYS = ("model", "n", "temperature", "top_p", "max_new_tokens", "templa
 @dataclass
 class EvalConfig:
     model: str | None = None  # HF model name or local path; omit to only report existing counts
-    benchmarks: str = ""  # comma-separated registry names: math500,aime24,amc23,minerva,olympiadbench
+    benchmarks: str = ""  # comma-separated registry names: math500,aime24,amc23,minerva,olympiadbench,humaneval,mbpp
     files: list[str] = field(default_factory=list)  # extra benchmarks as name=source (file, dataset dir, hub name)
     data_dir: str = "data"
     n: int = 256
     temperature: float = 0.6
     top_p: float = 0.95
     max_new_tokens: int = 3072
-    template: str = "qwen-boxed"
+    template: str = "qwen-boxed"  # code benchmarks: plain (completion) or chat (a fenced block)
     engine: str = "hf"
     out: str | None = None  # default runs/eval/<model dir name>
     seed: int = 0
@@ -94,6 +103,23 @@ def read_counts(path: str | Path) -> list[dict]:
             raise DataError(f"{path}:{lineno}: need 0 <= c <= n and n >= 1, got n={row['n']} c={row['c']}")
         rows.append(row)
     return rows
+
+
+def code_task(template: str):
+    """reco_task's code task for a template: completion prompts (plain) or an instruct model's fenced block (chat)."""
+    return TASKS["code-chat" if template == "chat" else "code"]
+
+
+def grade_problem(problem: dict, responses: list[str], template: str = "qwen-boxed") -> tuple[int, int]:
+    """(correct responses, distinct correct responses) for one problem: a math problem's boxed answers
+    (reco_grader.grade_group), or a code problem's programs, run at once in reco_code's sandbox (distinct: their
+    programs up to formatting)."""
+    if "answer" in problem:  # reco_data's problems have an answer; reco_code_data's have tests instead
+        return grade_group(responses, problem["answer"])
+    task = code_task(template)
+    verdicts = task.rewards([problem] * len(responses), responses)
+    correct = {program_key(task.program(problem, r)) for r, ok in zip(responses, verdicts) if ok}
+    return int(sum(verdicts)), len(correct)
 
 
 def _stats(rows: list[dict], ks: list[int]) -> dict:
@@ -142,12 +168,17 @@ class EngineSampler:
     def __init__(self, engine: RolloutEngine, tokenizer, cfg: EvalConfig) -> None:
         self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
 
-    def __call__(self, problems: list[str], n: int, seed: int) -> list[list[str]]:
+    def prompt(self, problem: dict) -> str:
+        """A math problem's prompt in the template, or a code problem's (its code task's)."""
+        if "answer" in problem:
+            return build_prompt(self.tokenizer, problem["problem"], self.cfg.template)
+        return code_task(self.cfg.template).prompt(problem, self.tokenizer)
+
+    def __call__(self, problems: list[dict], n: int, seed: int) -> list[list[str]]:
         cfg = self.cfg
         # A chat template writes its own special tokens (BOS included); the others get the tokenizer's.
         special = cfg.template != "chat"
-        prompts = [self.tokenizer(build_prompt(self.tokenizer, p, cfg.template), add_special_tokens=special)["input_ids"]
-                   for p in problems]
+        prompts = [self.tokenizer(self.prompt(p), add_special_tokens=special)["input_ids"] for p in problems]
         rollout = self.engine.generate(prompts, n, temperature=cfg.temperature, top_p=cfg.top_p,
                                        max_new_tokens=cfg.max_new_tokens, seed=seed)
         texts = self.tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
@@ -202,9 +233,10 @@ def _chunks(todo: list[tuple[int, dict]], size: int) -> Iterable[list[tuple[int,
 
 
 def run_eval(sampler: Sampler, benchmarks: dict[str, list[dict]], counts_path: str | Path, *, n: int, seed: int = 0,
-             prompts_per_call: int = 8, workers: int = 4) -> list[dict]:
-    """Sample and grade every problem not yet in `counts_path`, appending one row per problem as it is
-    graded; returns all rows of the file. Problem i of a benchmark is sampled with seed ``seed + i*n``;
+             prompts_per_call: int = 8, workers: int = 4, template: str = "qwen-boxed") -> list[dict]:
+    """Sample and grade (grade_problem; `template` says how a code problem was prompted) every problem not yet in
+    `counts_path`, appending one row per problem as it is graded; returns all rows of the file. Problem i of a
+    benchmark is sampled with seed ``seed + i*n``;
     both engines seed sample g of a call's prompt j with ``seed + j*n + g``, so a problem draws the same
     samples whether or not the run was resumed."""
     counts_path = Path(counts_path)
@@ -229,11 +261,11 @@ def run_eval(sampler: Sampler, benchmarks: dict[str, list[dict]], counts_path: s
                 with tqdm(total=len(problems), initial=len(problems) - len(todo), desc=f"sample {bench}",
                           unit="problem") as bar:
                     for chunk in _chunks(todo, prompts_per_call):
-                        responses = sampler([p["problem"] for _, p in chunk], n, seed + chunk[0][0] * n)
+                        responses = sampler([p for _, p in chunk], n, seed + chunk[0][0] * n)
                         for (_, p), texts in zip(chunk, responses, strict=True):
                             if len(texts) != n:
                                 raise RuntimeError(f"sampler gave {len(texts)} responses for {bench}/{p['id']}, expected {n}")
-                            pending[pool.submit(grade_group, texts, p["answer"])] = (bench, p["id"])
+                            pending[pool.submit(grade_problem, p, texts, template)] = (bench, p["id"])
                         write_finished(out, block=False)
                         bar.update(len(chunk))
         finally:  # keep every problem already sampled, even when sampling fails or is interrupted
@@ -343,7 +375,8 @@ def parse_config(argv: list[str] | None = None) -> EvalConfig:
     add("--temperature", "sampling temperature (0 = greedy)", type=float, metavar="X")
     add("--top-p", "nucleus sampling's mass", type=float, metavar="X")
     add("--max-new-tokens", "response length limit", type=int, metavar="N")
-    add("--template", "prompt template", TEMPLATES, metavar="NAME")
+    add("--template", "the prompt (code benchmarks: plain, completion for a base model, or chat, a fenced block)",
+        TEMPLATES, metavar="NAME")
     add("--engine", "rollout engine", ENGINES, metavar="NAME")
     add("--out", "output directory (default runs/eval/<model name>)", metavar="DIR")
     add("--seed", "seed of problem i's samples: seed + i*n", type=int, metavar="N")
@@ -374,6 +407,10 @@ def parse_config(argv: list[str] | None = None) -> EvalConfig:
         p.error("give --benchmarks and/or --files")
     if cfg.ks and not all(k.strip().isdigit() and int(k) >= 1 for k in cfg.ks.split(",")):
         p.error(f"--ks must be comma-separated integers >= 1, got {cfg.ks!r}")
+    code = [b for b in cfg.benchmarks.split(",") if b in BENCHMARKS and BENCHMARKS[b].code]
+    if code and cfg.template not in ("plain", "chat"):
+        p.error(f"code benchmarks ({', '.join(code)}) need --template plain (completion prompts, for a base model) "
+                "or chat (a fenced ```python block, for an instruct model)")
     return cfg
 
 
@@ -397,7 +434,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
                 raise DataError(f"--model {cfg.model}: cannot load it ({(str(e).strip().splitlines() or ['?'])[0]})") from e
             _record_settings(out, settings)
             run_eval(sampler, benchmarks, out / "counts.jsonl", n=cfg.n, seed=cfg.seed,
-                     prompts_per_call=cfg.prompts_per_call, workers=cfg.workers)
+                     prompts_per_call=cfg.prompts_per_call, workers=cfg.workers, template=cfg.template)
             runs = {name: out / "counts.jsonl"} | runs
         else:
             out = Path(cfg.out) if cfg.out else next(iter(runs.values())).parent

@@ -3,7 +3,9 @@
 task: countdown uses reco_countdown's problems (make_splits) and reco_task's prompt and reward.
 task: math reads problems with reco_scaled.data.load_problems, formats them with
 reco_scaled.data.build_prompt and grades a step's responses at once through reco_task's math task
-(reco_grader.grade_many).
+(reco_grader.grade_many). task: code reads problems with reco_code_data.load_code_problems and prompts and grades
+them through reco_task's code task (data.template plain) or code-chat task (chat): a step's programs run at once in
+reco_code's sandbox (reco_code.grade_many).
 """
 from __future__ import annotations
 
@@ -19,22 +21,29 @@ from reco_task import TASKS
 
 @dataclass
 class Task:
-    problems: list  # reco_mini.Problem (countdown) or {"problem", "answer"} dicts (math)
+    problems: list  # reco_mini.Problem (countdown), {"problem", "answer"} dicts (math) or reco_code_data's (code)
     prompt_ids: list[list[int]]  # tokenised prompt of each problem
     task: object = TASKS["math"]  # the reco_task task that scores a response
 
     def rewards(self, indices: list[int], responses: list[str]) -> list[float]:
-        """The reward of each (problem index, response) pair; a math batch is graded in parallel (grade_many)."""
+        """The reward of each (problem index, response) pair; a math or code batch is graded in parallel (grade_many)."""
         return self.task.rewards([self.problems[i] for i in indices], responses)
 
 
 def load_task(cfg: RunConfig, tokenizer, problems: list[dict] | None = None) -> Task:
-    """The training problems and their tokenised prompts; task math's `problems`, when given, are not read again."""
+    """The training problems and their tokenised prompts; task math's or code's `problems`, when given (reco_scaled.train
+    reads them before the model loads), are not read again."""
+    scorer = TASKS["code-chat" if cfg.data.template == "chat" else "code"] if cfg.task == "code" else TASKS[cfg.task]
     if cfg.task == "countdown":
         from reco_scaled.model import mini_config
 
         problems = make_splits(mini_config(cfg))["train"]
         texts = [TASKS["countdown"].prompt(p, tokenizer) for p in problems]
+    elif cfg.task == "code":
+        from reco_code_data import load_code_problems
+
+        problems = problems or load_code_problems(cfg.data.train)
+        texts = [scorer.prompt(p, tokenizer) for p in problems]
     else:
         from reco_scaled.data import build_prompt, load_problems
 
@@ -45,7 +54,7 @@ def load_task(cfg: RunConfig, tokenizer, problems: list[dict] | None = None) -> 
     keep = [i for i, x in enumerate(ids) if len(x) <= cfg.data.max_prompt_tokens]
     if not keep:
         raise ConfigError(f"config key 'data.max_prompt_tokens' ({cfg.data.max_prompt_tokens}) is shorter than every prompt")
-    return Task([problems[i] for i in keep], [ids[i] for i in keep], TASKS[cfg.task])
+    return Task([problems[i] for i in keep], [ids[i] for i in keep], scorer)
 
 
 class PromptSampler:

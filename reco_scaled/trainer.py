@@ -69,7 +69,8 @@ class Trainer:
         loaded = distributed.per_rank(distributed.peak_rss_gib(), d)
         # last: vLLM checks at start-up that its gpu_memory_utilization share of the GPU is still free
         r = cfg.rollout
-        self.engine = make_engine(r.engine, model_dir, self.tokenizer, template=cfg.data.template if cfg.task == "math" else None,
+        template = cfg.data.template if cfg.task in ("math", "code") else None  # which tokens end a response
+        self.engine = make_engine(r.engine, model_dir, self.tokenizer, template=template,
                                   device=d.device, dtype=dtype, seed=cfg.seed,
                                   hf_batch_size=r.engine_batch_size, load_weights=False, max_model_len=r.max_model_len,
                                   gpu_memory_utilization=r.gpu_memory_utilization,

@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BOTTOM_FLOOR = ["reco_mini.py", "reco_task.py", "reco_countdown.py", "reco_io.py", "reco_variants.py", "reco_grader.py",
-               "reco_data.py"]
+               "reco_data.py", "reco_code.py", "reco_code_sandbox.py", "reco_code_data.py", "reco_code_task.py",
+               "reco_code_tiny.py"]
 FORBIDDEN = "reco_scaled"
 
 

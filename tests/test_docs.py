@@ -1,6 +1,7 @@
 """docs/design.md against the files that cite it.
 
-The code, tests, tutorial and README cite the design document by section number, in these forms:
+The code, tests, tutorial and README cite the design document by section number, preferably as
+"docs/design.md §2" (reco_mini.py, which a newcomer reads first, uses no other form), and also in these forms:
 
     docs/design.md section 3.2        docs/design.md sections 3.6 and 6        `docs/design.md` §4
     (design 2)        design 3.2, 3.4        docs/design.md §3.3–3.4        `docs/design.md` §3.4 and §3.6
@@ -153,6 +154,13 @@ def test_every_cited_section_exists_and_no_design_file_is_missing():
     assert not found, "dangling design references:\n" + "\n".join(found)
 
 
+def test_reco_mini_cites_the_design_by_path_and_section_sign():
+    """Issue 43: reco_mini.py's citations read "docs/design.md §2", never a cryptic "(design 2)"."""
+    text = (ROOT / "reco_mini.py").read_text()
+    forms = [m.group(0) for m in CITE.finditer(text)]
+    assert forms and all(re.fullmatch(rf"docs/design\.md §{NUM}", f) for f in forms), forms
+
+
 def test_paths_named_in_the_design_document_exist():
     """Repository paths in backticks (a folder/ or file path, or a root module reco_*.py) must exist."""
     names = re.findall(r"`((?:[\w.-]+/)+[\w.-]*|reco_\w+\.py)`", DESIGN.read_text())
@@ -168,7 +176,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](tar
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 README = ROOT / "README.md"
 PAGES = ("docs/design.md", "docs/results.md", "docs/reproducing.md", "docs/performance.md", "docs/one_gpu.md",
-         "docs/verl.md", "docs/trl.md", "docs/reco_scaled.md", "tutorial/README.md", "CONTRIBUTING.md")
+         "docs/verl.md", "docs/trl.md", "docs/reco_scaled.md", "docs/code_tasks.md", "tutorial/README.md", "CONTRIBUTING.md")
 
 
 def slug(heading: str) -> str:
@@ -271,12 +279,54 @@ def test_readme_findings_are_generated_from_the_committed_results():
     text = README.read_text()
     block = text.split(headline.BEGIN, 1)[1].split(headline.END, 1)[0]
     required, fork, control = headline.sources()
-    want = headline.render(*required, fork=fork, control=control)
+    want = headline.render_readme(*required, fork=fork, control=control)
     assert block.strip() == want.strip(), "rerun: python experiments/headline.py --write README.md"
+    results = (ROOT / "docs" / "results.md").read_text()
+    summary = results.split(headline.FINDINGS_BEGIN, 1)[1].split(headline.FINDINGS_END, 1)[0]
+    want = headline.render(*required, fork=fork, control=control)
+    assert summary.strip() == want.strip(), "rerun: python experiments/headline.py --write docs/results.md"
     outside = headline.BEGIN.join([text.split(headline.BEGIN)[0], text.split(headline.END)[1]])
     # measured values are decimals: none may be typed outside the block (model names and the arXiv id are not values)
     typed = re.findall(r"(?<![\w.-])(?<!arXiv )[0-9]+\.[0-9]+(?![\w.])", FENCE.sub("", outside))
     assert not typed, f"README.md has typed decimal numbers outside generated blocks: {typed}"
+
+
+def test_the_readme_first_screen_is_the_project_not_its_statistics():
+    """Issue 43: the first 40 lines say what the project is, how to start and the ways to use it; the findings are
+    two sentences there, with no hypothesis labels, no test names and none of the studies' statistics."""
+    first = "\n".join(README.read_text().splitlines()[:40])
+    assert "## Quick start" in first and "pip install -r requirements.txt" in first and "docs/results.md" in first
+    assert not re.search(r"\bH[1-9]\b|Holm|\bF1\b|\btest_\w+|tests/\w", first), "statistics or test names on the first screen"
+    block = first.split("<!-- headline:begin -->", 1)[1].split("<!-- headline:end -->", 1)[0]
+    sentences = block.split("\n", 2)[2].strip()  # after the generated-from line
+    assert len(re.findall(r"[.!?](?:\s|$)", sentences)) == 2, sentences
+
+
+def test_readme_sentences_follow_the_verdicts_and_say_partial():
+    """The README's two sentences: a flipped verdict flips the words and the counts; a partial study says PARTIAL."""
+    import copy
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import headline
+
+    frontier, cpu, long = (json.loads((ROOT / p).read_text()) for p in headline.SOURCES)
+    fork = json.loads((ROOT / headline.FORK).read_text())
+    said = " ".join(headline.readme_sentences(frontier, cpu, long, fork))
+    flipped = copy.deepcopy(frontier)
+    for h in flipped["hypotheses"]:
+        h["confirmed"] = not h["confirmed"]
+    flipped_said = " ".join(headline.readme_sentences(flipped, cpu, long, fork))
+    assert ("ReCo kept more coverage than GRPO" in flipped_said) != ("ReCo kept more coverage than GRPO" in said)
+    rows = headline.coverage_comparisons(frontier, long, fork)
+    assert f"of the {len(rows)} pre-registered comparisons" in said
+    assert f"{sum(v == 'none' for _, v in rows)} no detectable difference" in said
+    fork_done = copy.deepcopy(fork)
+    fork_done.get("correction", {}).get("lr_matched", {})["partial"] = False
+    assert "PARTIAL" not in " ".join(headline.readme_sentences(frontier, cpu, long, fork_done))
+    assert "PARTIAL" in " ".join(headline.readme_sentences(frontier, cpu, long, fork_done, {"partial": True}))
+    assert "PARTIAL" in " ".join(headline.readme_sentences(frontier, cpu, long, fork | {"partial": True}))
 
 
 def test_readme_findings_are_plain_words_chosen_by_rule():

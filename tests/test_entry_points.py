@@ -44,7 +44,7 @@ def work(tmp_path_factory) -> Path:
             (root / name / src.name).write_text(edit(src.read_text()) if "1.5b" in src.name else src.read_text())
     # the studies' SFT base, cached where they look for it (random weights: these runs never get to train)
     subprocess.run([PY, "-c", "import reco_countdown as rc, reco_mini as rm\n"
-                    "rc.sft = lambda cfg, model, tokenizer, exclude: model\n"
+                    "rc.sft = lambda cfg, model, tokenizer, exclude, demonstration: model\n"
                     "rc.load_base(rm.parse_config(['--quick', '--seed', '0']), rc.char_tokenizer(), set())"],
                    cwd=root, env=env(), check=True, capture_output=True, timeout=300)
     (root / "study" / "base" / "seed0").mkdir(parents=True)

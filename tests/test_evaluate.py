@@ -55,12 +55,12 @@ class CountingSampler:
         self.calls = 0
         self.crash_after = crash_after
 
-    def __call__(self, problems: list[str], n: int, seed: int) -> list[list[str]]:
+    def __call__(self, problems: list[dict], n: int, seed: int) -> list[list[str]]:
         if self.crash_after is not None and self.calls == self.crash_after:
             raise KeyboardInterrupt("simulated crash")
         self.calls += 1
-        self.sampled += problems
-        return [known_responses(p, n) for p in problems]
+        self.sampled += [p["problem"] for p in problems]
+        return [known_responses(p["problem"], n) for p in problems]
 
 
 def test_grade_group_counts_correct_and_distinct():
@@ -175,15 +175,16 @@ def test_hf_sampler_passes_temperature_top_p_and_stop_tokens(tiny_model_dir):
     cfg = EvalConfig(model=str(tiny_model_dir), template="plain", temperature=1.0, top_p=1e-6, max_new_tokens=6)
     sampler = make_sampler(cfg)
     assert sampler.tokenizer.eos_token_id in sampler.engine.eos.tolist()
-    nucleus = sampler(["1+2", "3*4"], 3, 5)  # top_p -> 0 keeps only the likeliest token: greedy
+    problems = [{"problem": "1+2", "answer": "3"}, {"problem": "3*4", "answer": "12"}]
+    nucleus = sampler(problems, 3, 5)  # top_p -> 0 keeps only the likeliest token: greedy
     cfg.temperature = 0.0
-    greedy = sampler(["1+2", "3*4"], 3, 5)
+    greedy = sampler(problems, 3, 5)
     assert nucleus == greedy and len(greedy) == 2 and all(len(texts) == 3 for texts in greedy)
     cfg.temperature, cfg.top_p = 1.0, 1.0
-    both = sampler(["1+2", "3*4"], 3, 5)
-    assert both == sampler(["1+2", "3*4"], 3, 5)  # seeded
+    both = sampler(problems, 3, 5)
+    assert both == sampler(problems, 3, 5)  # seeded
     # sample g of prompt i uses seed + i*n + g, so a problem's samples do not depend on its batch (resume)
-    assert sampler(["3*4"], 3, 5 + 3) == both[1:]
+    assert sampler(problems[1:], 3, 5 + 3) == both[1:]
 
 
 def test_end_to_end_on_a_tiny_model_with_resume_and_compare(tiny_model_dir, tmp_path):

@@ -27,7 +27,7 @@ def _arms_registered_only_here():
     """Other test modules parametrize over reco_mini's registries at collection and iterate them at run time: the arms
     exist only while this module's tests run."""
     global fs, fa
-    registries = (rm.METHODS, rm.TOKEN_RATIOS, rm.TOKEN_SELECTS, rm.OCCURRENCES)
+    registries = (rm.METHODS, rm.TOKEN_RATIOS, rm.OCCURRENCES)
     before = [set(r) for r in registries]
     spec = importlib.util.spec_from_file_location("fork_study", ROOT / "experiments" / "fork_study.py")
     fs = importlib.util.module_from_spec(spec)
@@ -50,7 +50,7 @@ def _terms(B=3, T=5, seed=0):
     keep = (~(((r > 1.2) & (A > 0)) | ((r < 0.8) & (A < 0)))).double()
     v = torch.rand(B, T, generator=g, dtype=torch.float64)
     select = (torch.rand(B, T, generator=g) < 0.5).double()
-    return rm.TokenTerms(logp, r, A, keep, v, v, torch.tensor(0.3, dtype=torch.float64), select), old
+    return rm.TokenTerms(logp, r, A, keep, v, v, torch.tensor(0.3, dtype=torch.float64), batch={"select": select}), old
 
 
 def _by_hand(t, old, cfg, on_selected, off_selected):
@@ -62,7 +62,7 @@ def _by_hand(t, old, cfg, on_selected, off_selected):
         inside = not ((r > 1 + cfg.clip_high and a > 0) or (r < 1 - cfg.clip_low and a < 0))
         grpo_value = -min(r * a, min(max(r, 1 - cfg.clip_low), 1 + cfg.clip_high) * a)
         grpo_grad = -r * a if inside else 0.0
-        kind = on_selected if t.select[b, s] > 0 else off_selected
+        kind = on_selected if t.batch["select"][b, s] > 0 else off_selected
         values[b, s], grads[b, s] = {"variance": (-rho * a * inside, -rho * a * inside), "grpo": (grpo_value, grpo_grad),
                                      "zero": (0.0, 0.0)}[kind]
     return values, grads
@@ -82,8 +82,8 @@ def test_arm_losses_and_gradients_token_by_token(ratio, on, off):
 
 
 def test_policy_loss_reads_the_select_mask_from_the_batch():
-    """The contract: policy_loss fills TokenTerms.select from batch["select"]; an all-ones fork mask is reco-token's
-    loss, an all-zeros one GRPO's."""
+    """The contract: policy_loss hands its batch to the token term (TokenTerms.batch), where an arm reads "select";
+    an all-ones fork mask is reco-token's loss, an all-zeros one GRPO's."""
     t, old = _terms()
     mask = torch.ones_like(t.r)
     batch = {"old_logp": old, "mask": mask, "advantages": t.A[:, 0], "v_old": t.v, "v_old_mean": t.v_old_mean}
@@ -95,7 +95,7 @@ def test_policy_loss_reads_the_select_mask_from_the_batch():
 
 def test_a_selecting_ratio_without_its_mask_says_so():
     t, _ = _terms()
-    t.select = None
+    t.batch = {}
     with pytest.raises(ValueError, match="needs the batch's 'select' mask"):
         rm.TOKEN_RATIOS["entropy-top20"](t, rm.LossConfig(token_ratio="entropy-top20", occurrence="none"))
 

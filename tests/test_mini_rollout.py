@@ -92,13 +92,13 @@ def test_a_llama_chat_prompt_gets_one_bos(monkeypatch):
 
 @pytest.mark.parametrize("n_eval, eval_batch, calls", [(8, 3, [3, 3, 2] * 3), (8, 16, [16, 8]), (8, 8, [8, 8, 8])])
 def test_eval_batch_caps_the_responses_sampled_at_once(monkeypatch, n_eval, eval_batch, calls):
-    real, seen = reco_io.sample, []
+    real, seen = reco_mini.sample, []
 
     def counting(model, prompt_ids, *args):
         seen.append(prompt_ids.shape[0])
         return real(model, prompt_ids, *args)
 
-    monkeypatch.setattr(reco_io, "sample", counting)
+    monkeypatch.setattr(reco_mini, "sample", counting)
     tok = char_tokenizer()
     torch.manual_seed(0)
     model = tiny_model(tok, hidden=16, layers=1).eval()

@@ -1,7 +1,9 @@
-"""reco_mini.token_stats: log pi(y_t), V(s_t), H(s_t) slice by slice, against today's token_logprobs,
-variance_stat and token_entropy (bit for bit in float32, the default path) and against float64 references
-written here from the definitions, values and gradients of log pi. With an lm head (--head-chunk), from hidden
-states: against the logits it makes in one product, values and gradients (hidden states and head weight)."""
+"""reco_io.token_stats, the memory-saving path: log pi(y_t), V(s_t), H(s_t) slice by slice, against the readable
+token_logprobs, variance_stat and token_entropy that reco_mini runs by default (bit for bit in float32) and against
+float64 references written here from the definitions, values and gradients of log pi. With an lm head
+(--head-chunk), from hidden states: against the logits it makes in one product, values and gradients (hidden states
+and head weight), and on a model, reco_mini.policy_stats' two paths against each other (as llm.c tests its fast path
+against its reference)."""
 from __future__ import annotations
 
 import pytest
@@ -117,6 +119,33 @@ def test_head_slices_keep_no_vocabulary_sized_tensor_for_backward():
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         logp, _, _ = token_stats(hidden, torch.randint(64, (2, 16)), 1.0, 8, head)
     assert logp.requires_grad and kept and not any(t.shape[-1] == 64 and t.numel() > 64 * 8 for t in kept)
+
+
+def test_the_memory_saving_path_equals_the_readable_one_on_a_model():
+    """policy_stats with --head-chunk 5 (decoder, then the lm head on slices of 5 row-tokens, reco_io.token_stats)
+    against --head-chunk 0 (one forward to the logits, then token_logprobs, variance_stat and token_entropy), on left-
+    padded rollout rows of a tiny model in float64: the statistics, and the gradient of log pi on every weight."""
+    from reco_countdown import char_tokenizer, tiny_model
+    from reco_mini import Config, policy_stats
+
+    torch.manual_seed(0)
+    model = tiny_model(char_tokenizer(), 32, 2).double()
+    g = torch.Generator().manual_seed(1)
+    prompt_ids, resp = torch.randint(3, 20, (4, 6), generator=g), torch.randint(3, 20, (4, 5), generator=g)
+    prompt_mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6, [0, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]])
+    resp_mask = torch.tensor([[1, 1, 1, 0, 0], [1] * 5, [1, 1, 0, 0, 0], [1, 1, 1, 1, 0]])
+    seqs, rows, weights = (prompt_ids, prompt_mask, resp, resp_mask), torch.tensor([0, 2, 3]), torch.randn(3, 5, generator=g)
+    out = {}
+    for chunk in (0, 5):
+        model.zero_grad()
+        logp, v, h, logits = policy_stats(Config(head_chunk=chunk, device="cpu"), model, seqs, rows, entropy=True)
+        assert (logits is None) == (chunk > 0)  # the memory-saving path keeps no logits
+        (logp * weights.double()).sum().backward()
+        out[chunk] = (logp, v, h, [p.grad.clone() for p in model.parameters()])
+    for readable, sliced in zip(out[0][:3], out[5][:3]):
+        torch.testing.assert_close(sliced, readable, rtol=0, atol=1e-12)
+    for readable, sliced in zip(out[0][3], out[5][3]):
+        torch.testing.assert_close(sliced, readable, rtol=0, atol=1e-12)
 
 
 def test_check_lm_head_refuses_a_model_whose_logits_are_more_than_the_head():

@@ -1,6 +1,6 @@
 """2-rank DDP and FSDP2 gradients (gloo, CPU) equal single-process full-batch gradients.
 
-The reference is computed here, in one process, straight from reco_mini and reco_io (response_logits,
+The reference is computed here, in one process, straight from reco_mini (response_logits,
 token_logprobs, variance_stat, policy_loss over the whole batch with its own normaliser). The
 distributed side runs this file under torchrun: each rank takes half of the rollouts and runs the
 trainer's accumulate_gradients (micro-batches, all-reduced normaliser) through DDP or FSDP2. Rank 1
@@ -20,8 +20,7 @@ import pytest
 import torch
 
 from reco_countdown import char_tokenizer, tiny_model
-from reco_io import response_logits
-from reco_mini import policy_loss, token_logprobs, variance_stat
+from reco_mini import policy_loss, response_logits, token_logprobs, variance_stat
 from reco_scaled.config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]

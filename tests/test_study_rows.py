@@ -65,3 +65,47 @@ def test_study_rows_are_bit_identical_to_b577fbf(tmp_path, monkeypatch, argv):
     plain = runs["plain"][0]
     assert [{k: r[k] for k in p} for r, p in zip(old_rows, plain)] == plain  # the same run, without the diagnostics
     assert not {"share_fork", "dup_exact", "w_dev_sequence"} & set(plain[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["reco-token-fork-oracle", "entropy-top20", "reco-token-fork-detected"])
+def test_fork_study_rows_are_bit_identical_to_0b4b2eb(tmp_path, monkeypatch, method):
+    """Issue 43: the fork arms' tokens now reach the loss through the hook's "batch" (fork_arms.on_step), not through
+    reco_mini's TOKEN_SELECTS, and the old statistics come from the readable path: every logged value of the fork
+    study's hook and loop, and the final weights, equal those of the loop and hook as of commit 0b4b2eb."""
+    import fork_arms
+
+    registries = (reco_mini.METHODS, reco_mini.TOKEN_RATIOS)
+    before = [dict(r) for r in registries]
+    old = _load(ROOT / "tests" / "fixtures" / "train_rl_0b4b2eb.py")
+    monkeypatch.setattr(old, "TOKEN_SELECTS", dict(fork_arms.SELECTS))
+    monkeypatch.setattr(fork_arms, "DETECTOR", {"name": "entropy-contrast", "share": 0.1})
+    reward = lambda problem, text: float(len(text) % 3 == 0)  # noqa: E731
+    monkeypatch.setattr(TASKS["countdown-long"], "reward", reward)
+    # A random model writes nothing in the grammar: labels by position give the oracle arm forks to select
+    labels = lambda problems, G, texts, resp, mask, tok: [  # noqa: E731
+        [("fork", "style", "determined")[t % 3] for t in range(int(n))] for n in mask.sum(-1).tolist()]
+    monkeypatch.setattr(TASKS["countdown-long"], "token_labels", labels)
+    try:
+        cfg = reco_mini.parse_config(["--task", "countdown-long", "--n-train", "32", "--n-test", "4", "--steps", "3",
+                                      "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24",
+                                      "--method", method])
+        tok = char_tokenizer(cfg.task)
+        torch.manual_seed(0)
+        base = tiny_model(tok, 32, 2, 128).requires_grad_(False)
+        problems = make_splits(cfg)["train"]
+        runs = {}
+        for name, train, hook in (("old", old.train_rl, old.fork_on_step), ("new", reco_mini.train_rl, fork_arms.on_step)):
+            model = tiny_model(tok, 32, 2, 128)
+            model.load_state_dict(base.state_dict())
+            (tmp_path / name).mkdir()
+            train(cfg, method, model, base, tok, problems, tmp_path / name, on_step=hook)
+            runs[name] = (_rows(tmp_path / name), model.state_dict())
+    finally:
+        for registry, names in zip(registries, before):
+            registry.clear()
+            registry.update(names)
+    (old_rows, old_state), (new_rows, new_state) = runs["old"], runs["new"]
+    assert len(old_rows) == 3 and new_rows == old_rows and list(new_rows[0]) == list(old_rows[0])  # same order too
+    assert all(torch.equal(old_state[k], new_state[k]) for k in old_state)
+    assert all(row["select_share"] > 0 and row["adv_abs_mean"] > 0 for row in old_rows)  # the arm selected tokens

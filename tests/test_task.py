@@ -14,8 +14,7 @@ from reco_countdown import (
     make_splits,
     tiny_model,
 )
-from reco_io import response_logits, sample
-from reco_mini import Config
+from reco_mini import Config, response_logits, sample
 
 
 def test_countdown_verifier_table():

@@ -297,3 +297,30 @@ def test_example_tiny_runs(tmp_path, capsys):
     assert last["step"] == 2 and math.isfinite(last["loss"]) and "reco/rho_mean" in last
     assert (tmp_path / "final" / "config.json").is_file()
     assert capsys.readouterr().out.splitlines()[-1] == f"saved the final model (Hugging Face format) to {tmp_path / 'final'}"
+
+
+def test_example_code_reward_reads_the_tests_column_and_runs(tmp_path):
+    """examples/trl_reco.py --task code: its code_reward, called as TRL calls a reward function (prompts, completions
+    and the dataset's columns as keywords), pays only a passing program, for text and chat completions; one step runs."""
+    import json
+
+    from tiny_code_model import MBPP_ROW
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "trl_reco.py"
+    spec = importlib.util.spec_from_file_location("trl_reco", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    data = tmp_path / "mbpp.jsonl"
+    data.write_text(json.dumps(MBPP_ROW) + "\n")
+    row = example.code_dataset(str(data), "plain")[0]
+    assert set(row) == {"prompt", "tests", "entry_point"} and row["entry_point"] == "add2"
+    completions = ["def add2(a, b):\n    return a + b\nprint(add2(1, 2))", "def add2(a, b):\n    return a - b\n", "def add2(:"]
+    assert example.code_reward(prompts=[row["prompt"]] * 3, completions=completions, tests=[row["tests"]] * 3,
+                               entry_point=["add2"] * 3, completion_ids=[[1]] * 3) == [1.0, 0.0, 0.0]
+    chat = example.code_dataset(str(data), "chat")[0]
+    answer = [{"role": "assistant", "content": "```python\ndef add2(a, b):\n    return a + b\n```"}]
+    assert example.code_reward(prompts=[chat["prompt"]], completions=[answer], tests=[chat["tests"]],
+                               entry_point=["add2"]) == [1.0]
+    last = example.main(["--tiny", "--task", "code", "--data", str(data), "--max-steps", "1", "--prompts-per-step", "1",
+                         "--num-generations", "2", "--out", str(tmp_path / "run")])
+    assert last["step"] == 1 and last["rewards/code_reward/mean"] == 0.0  # a random model's programs fail

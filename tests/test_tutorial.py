@@ -107,6 +107,19 @@ def test_checker_fails_on_every_kind_of_drift():
     assert len(report.errors) == 7
 
 
+def test_an_include_that_does_not_parse_is_an_error():
+    """Issue 43: a start/end range cut in the middle of a statement (an `if` without its body, a call without its
+    closing bracket) fails the check, even when the body equals the source; whole statements pass."""
+    cut = {"include": "reco_mini.py:train_rl", "start": "if loss_cfg.variance_norm", "end": "if loss_cfg.variance_norm"}
+    whole = {"include": "reco_mini.py:train_rl", "start": "if loss_cfg.variance_norm", "end": "v_old_mean = torch.ones"}
+    for attrs, parses in ((cut, False), (whole, True)):
+        body = chapters.include_text(attrs)
+        text = f'```python include={attrs["include"]} start="{attrs["start"]}" end="{attrs["end"]}"\n{body}\n```\n'
+        report, _ = chapters.check_chapter("synthetic.md", text=text)
+        assert (not report.errors) == parses, report.errors
+        assert parses or "does not parse as Python" in report.errors[0]
+
+
 def test_write_mode_refreshes_includes_and_outputs():
     stale = "```python include=reco_mini.py:pass_at_k\nold\n```\n```python run\nprint('fresh')\n```\n```text output\nstale\n```\n"
     _, text = chapters.check_chapter("synthetic.md", text=stale, write=True)

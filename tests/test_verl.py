@@ -662,3 +662,23 @@ if verl is not None:
                 else:
                     assert cfg.trainer.v1.trainer_mode == "sync" and "reco" not in cfg
         assert reco_runs == 4
+
+    # ---------------------------------------------------------------- the code reward, loaded as verl loads it
+
+    def test_verl_loads_the_code_reward_from_the_keys_on_docs_page():
+        """verl's get_custom_reward_fn, given docs/verl.md's CODE_REWARD keys (with verl's reward section), returns
+        reco's compute_score; called as verl's naive reward manager calls it, it pays only a passing program, run in
+        reco_code's sandbox."""
+        import json
+
+        from verl.trainer.ppo.reward import get_custom_reward_fn
+
+        text = (ROOT / "docs" / "verl.md").read_text()
+        body = re.search(r"^CODE_REWARD=\(\n(.*?)^\)", text, re.M | re.S).group(1)
+        config = OmegaConf.from_dotlist(shlex.split(body, comments=True))
+        score = get_custom_reward_fn(config)
+        truth = json.dumps("assert f(2) == 4\n")
+        info = {"num_turns": 2, "rollout_reward_scores": {}}
+        right, wrong = "```python\ndef f(x):\n    return 2 * x\n```", "```python\ndef f(x):\n    return x + 3\n```"
+        assert score(data_source="code", solution_str=right, ground_truth=truth, extra_info=info) == 1.0
+        assert score(data_source="code", solution_str=wrong, ground_truth=truth, extra_info=info) == 0.0

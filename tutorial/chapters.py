@@ -6,7 +6,8 @@ Every fenced block in a chapter is one of these kinds (the words after the langu
       The source of the top-level function, class or assignment NAME of FILE, a path from the
       repository root such as reco_mini.py or reco_countdown.py (``Class.method`` works too),
       byte for byte. With start/end: only the lines from the first one containing `start` through the
-      first later one containing `end`, dedented. Never edit the body by hand: run --write.
+      first later one containing `end`, dedented; the range must be whole statements (the body must
+      parse as Python), never an expression cut in two. Never edit the body by hand: run --write.
   ```python run
       A snippet that is executed. The snippets of one chapter share a namespace and run in order,
       from the repository root, with the repository root and tutorial/ on sys.path.
@@ -159,6 +160,15 @@ def include_text(attrs: dict[str, str]) -> str:
     return textwrap.dedent("\n".join(lines[first: last + 1]))
 
 
+def unparsable(code: str) -> str | None:
+    """None if `code` parses as Python (a statement such as `return` outside a function is fine), else why not."""
+    try:
+        ast.parse(code)
+    except SyntaxError as e:
+        return f"line {e.lineno}: {e.msg}"
+    return None
+
+
 # --------------------------------------------------------------------------------------- commands
 
 def check_command(line: str) -> str | None:
@@ -273,6 +283,9 @@ def check_chapter(name: str, text: str | None = None, *, run: bool = True, write
                 except (LookupError, ValueError, OSError) as e:
                     report.error(b, str(e))
                 else:
+                    if (why := unparsable(want)) is not None:
+                        report.error(b, f"include {b.attrs['include']} does not parse as Python ({why}): choose "
+                                        "start/end lines that take whole statements")
                     if b.body != want:
                         if write:
                             replacements[b.open_line] = (b.close_line, want)
