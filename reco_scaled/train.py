@@ -61,12 +61,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def check_inputs(cfg, world_size: int) -> list[dict] | None:
     """The bad input that can be found before the run directory is touched or a model loads: the batch arithmetic,
-    the data (task math: read and checked whole; returned, so that it is not read twice), the model's path (a local
-    directory that exists, or a hub name that can be fetched: reco_io.model_problem) and the checkpoint to resume."""
+    the data (tasks math and code: read and checked whole; returned, so that it is not read twice), the model's path (a
+    local directory that exists, or a hub name that can be fetched: reco_io.model_problem) and the checkpoint to resume."""
     batch_plan(cfg, world_size)
     problems = None
     if cfg.task == "math":
         problems = load_problems(cfg.data.train, problem_key=cfg.data.problem_key, answer_key=cfg.data.answer_key)
+    elif cfg.task == "code":
+        from reco_code_data import load_code_problems
+
+        problems = load_code_problems(cfg.data.train)
     if cfg.model.path and (problem := reco_io.model_problem(cfg.model.path)):
         raise ConfigError(f"config key 'model.path' {problem}")
     resume_point(cfg)

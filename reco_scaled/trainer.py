@@ -42,8 +42,8 @@ from reco_scaled.task import PromptSampler, load_task
 
 class Trainer:
     def __init__(self, cfg: RunConfig, d: distributed.Dist, problems: list[dict] | None = None) -> None:
-        """`problems`: task math's training problems when the caller has read them already (reco_scaled.train reads
-        them before any model loads); else they are read here."""
+        """`problems`: task math's or code's training problems when the caller has read them already
+        (reco_scaled.train reads them before any model loads); else they are read here."""
         self.cfg, self.d = cfg, d
         self.plan = batch_plan(cfg, d.world_size)
         random.seed(cfg.seed)
