@@ -80,11 +80,25 @@ def test_every_numeric_field_of_reco_mini_is_enumerated():
     assert set(MINI_ZERO_MEANS) <= set(MINI_NUMERIC)
 
 
+# The tasks whose flags differ from countdown's: code-tiny replaces some of Config's defaults (config_defaults, checked
+# again), code needs --model and --data (a local file: the model is not loaded before the first step).
+MINI_TASKS = {"countdown": [], "code-tiny": ["--task", "code-tiny"],
+              "code": ["--task", "code", "--model", "m", "--data", str(ROOT / "tests" / "fixtures" / "math_small.jsonl")]}
+
+
+def test_the_enumeration_covers_every_task_that_changes_the_flags():
+    from reco_task import TASKS
+
+    assert {name for name, task in TASKS.items() if task.config_defaults} <= set(MINI_TASKS)
+    assert reco_mini.parse_config(MINI_TASKS["code-tiny"]).hidden == TASKS["code-tiny"].config_defaults["hidden"]
+
+
+@pytest.mark.parametrize("task", MINI_TASKS)
 @pytest.mark.parametrize("name, value", cases(MINI_NUMERIC))
-def test_reco_mini_refuses_every_value_that_means_nothing(name, value, tmp_path, monkeypatch, capsys):
-    flag = "--" + name.replace("_", "-")
+def test_reco_mini_refuses_every_value_that_means_nothing(task, name, value, tmp_path, monkeypatch, capsys):
+    flag, task_flags = "--" + name.replace("_", "-"), MINI_TASKS[task]
     if value == "0" and name in MINI_ZERO_MEANS:
-        assert isinstance(reco_mini.parse_config([flag, value]), reco_mini.Config)  # 0 may resolve to the task's
+        assert isinstance(reco_mini.parse_config([*task_flags, flag, value]), reco_mini.Config)  # 0: maybe the task's
         return
     monkeypatch.chdir(tmp_path)
 
@@ -93,7 +107,7 @@ def test_reco_mini_refuses_every_value_that_means_nothing(name, value, tmp_path,
 
     monkeypatch.setattr(reco_io, "refuse_reuse", accepted)  # main's first step after parsing: fail at once
     with pytest.raises(SystemExit) as exc:
-        reco_mini.main([flag, value])
+        reco_mini.main([*task_flags, flag, value])
     assert exc.value.code == 2
     line = one_error_line(capsys.readouterr().err, f"reco_mini.py: error: {flag} ")
     assert f"got {shown(value, MINI_NUMERIC[name])}" in line
@@ -111,10 +125,14 @@ def test_every_numeric_key_of_reco_scaled_is_enumerated():
     assert set(SCALED_ZERO_MEANS) <= set(SCALED_NUMERIC)
 
 
+SCALED_TASKS = {"countdown": [], "code": ["task=code", "model.path=m", "data.train=problems.jsonl", "data.template=plain"]}
+
+
+@pytest.mark.parametrize("task", SCALED_TASKS)
 @pytest.mark.parametrize("key, value", cases(SCALED_NUMERIC))
-def test_reco_scaled_refuses_every_value_that_means_nothing(key, value, tmp_path, monkeypatch, capsys):
+def test_reco_scaled_refuses_every_value_that_means_nothing(task, key, value, tmp_path, monkeypatch, capsys):
     if value == "0" and key in SCALED_ZERO_MEANS:
-        assert scaled_config.get(scaled_config.load_config("tiny-cpu", [f"{key}=0"]), key) == 0
+        assert scaled_config.get(scaled_config.load_config("tiny-cpu", [*SCALED_TASKS[task], f"{key}=0"]), key) == 0
         return
     monkeypatch.chdir(tmp_path)
 
@@ -122,7 +140,7 @@ def test_reco_scaled_refuses_every_value_that_means_nothing(key, value, tmp_path
         raise AssertionError(f"{key}={value} was accepted")
 
     monkeypatch.setattr(scaled_train, "_train", accepted)
-    assert scaled_train.main(["--config", "tiny-cpu", f"{key}={value}"]) == 2
+    assert scaled_train.main(["--config", "tiny-cpu", *SCALED_TASKS[task], f"{key}={value}"]) == 2
     line = one_error_line(capsys.readouterr().err, f"config error: config key '{key}' ")
     assert f"got {shown(value, SCALED_NUMERIC[key])}" in line
     assert not list(tmp_path.iterdir())
@@ -176,10 +194,11 @@ def test_every_numeric_flag_of_trl_reco_is_enumerated():
     assert set(TRL_ZERO_MEANS) <= set(TRL_NUMERIC)
 
 
+@pytest.mark.parametrize("task", ["math", "code"])
 @pytest.mark.parametrize("name, value", cases(TRL_NUMERIC))
-def test_trl_reco_refuses_every_value_that_means_nothing(name, value, capsys):
+def test_trl_reco_refuses_every_value_that_means_nothing(task, name, value, capsys):
     example = load_trl_example()
-    argv = ["--tiny", "--" + name.replace("_", "-"), value]
+    argv = ["--tiny", "--task", task, "--" + name.replace("_", "-"), value]
     if value == "0" and name in TRL_ZERO_MEANS:
         assert getattr(example.parse_args(argv), name) == 0
         return
@@ -266,6 +285,74 @@ def test_combinations_are_checked_before_any_work(capsys):
         with pytest.raises(SystemExit):
             reco_mini.parse_config(argv)
         assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("parse, argv, needle", [
+    (reco_mini.parse_config, ["--task", "code"], "reco_mini.py: error: --task code needs --model and --data"),
+    (reco_mini.parse_config, ["--task", "code-chat", "--model", "m"], "--task code-chat needs --model and --data"),
+    (reco_mini.parse_config, ["--task", "code", "--model", "m", "--data", "missing.jsonl"],
+     "--data missing.jsonl: no such file"),
+    (reco_mini.parse_config, ["--task", "cobol"], "--task must be one of ["),
+    (evaluate.parse_config, ["--model", "m", "--benchmarks", "humaneval,mbpp"],
+     "code benchmarks (humaneval, mbpp) need --template plain"),
+    (evaluate.parse_config, ["--model", "m", "--benchmarks", "humaneval", "--template", "plain", "--n", "0"],
+     "--n must be >= 1, got 0"),
+], ids=["mini code", "mini code-chat", "mini code data", "mini task", "eval code template", "eval code n"])
+def test_the_code_tasks_combinations_are_checked_before_any_work(parse, argv, needle, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse(argv)
+    assert exc.value.code == 2
+    assert needle in one_error_line(capsys.readouterr().err, "")
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--task", "cobol"], "--task must be one of ['math', 'code'], got 'cobol'"),
+    (["--task", "code", "--template", "qwen-boxed"], "--task code needs --template plain (completion prompts) or chat"),
+    (["--task", "code", "--data", "missing.jsonl"], "--data missing.jsonl: no such file"),
+])
+def test_trl_reco_checks_the_code_task_before_any_work(argv, needle, capsys):
+    example = load_trl_example()
+    with pytest.raises(SystemExit) as exc:
+        example.parse_args(["--tiny", *argv])
+    assert exc.value.code == 2
+    assert needle in one_error_line(capsys.readouterr().err, "trl_reco.py: error: ")
+    assert example.parse_args(["--tiny", "--task", "code", "--template", "chat"]).task == "code"
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["task=code", "data.template=plain"], "config error: task: code needs config keys 'model.path' and 'data.train'"),
+    (["task=code", "model.path=m", "data.train=p.jsonl"], "config error: task: code needs config key 'data.template' plain"),
+    (["task=cobol"], "config error: config key 'task' must be one of ['countdown', 'math', 'code'], got 'cobol'"),
+    (["task=code", "model.path=m", "data.train=missing.jsonl", "data.template=chat"],
+     "data error: missing.jsonl: no such file"),
+], ids=["no model or data", "template", "task", "data before model"])
+def test_reco_scaled_checks_the_code_task_before_any_work(overrides, needle, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(scaled_train, "_train", lambda cfg, problems=None: pytest.fail("started training"))
+    assert scaled_train.main(["--config", "tiny-cpu", "out=run", *overrides]) == 2
+    assert one_error_line(capsys.readouterr().err, "").startswith(needle)
+    assert not list(tmp_path.iterdir())
+
+
+def test_reco_scaled_reads_the_code_data_before_the_model_and_hands_it_on(tmp_path, monkeypatch, capsys):
+    """task=code: a bad code file is named before a hub model is looked for; good problems reach the trainer, read
+    once."""
+    from huggingface_hub import constants
+    from tiny_code_model import MBPP_ROW
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    train = ["--config", "tiny-cpu", "out=run", "task=code", "data.template=plain", "model.path=nobody-here/no-such-model"]
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"question": "no tests"}) + "\n")
+    assert scaled_train.main([*train, "data.train=bad.jsonl"]) == 2
+    assert one_error_line(capsys.readouterr().err, "data error: bad.jsonl:1: not a code problem")
+    (tmp_path / "p.jsonl").write_text(json.dumps(MBPP_ROW) + "\n")
+    assert scaled_train.main([*train, "data.train=p.jsonl"]) == 2
+    assert "config key 'model.path' nobody-here/no-such-model: no such directory" in capsys.readouterr().err
+    handed = []
+    monkeypatch.setattr(scaled_train, "_train", lambda cfg, problems=None: handed.append(problems) or 0)
+    assert scaled_train.main([*train[:-1], "model.path=.", "data.train=p.jsonl"]) == 0
+    assert [p["entry_point"] for p in handed[0]] == ["add2"]
 
 
 # ---------------------------------------------------------------------------------------------- models and data
