@@ -250,7 +250,7 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError("task: code needs config key 'data.template' plain (completion prompts, for a base model) or "
                           f"chat (a fenced ```python block, for an instruct model), got {cfg.data.template!r}")
     if cfg.task == "countdown" and cfg.data.train:
-        raise ConfigError("config key 'data.train' is for task: math; countdown problems come from reco_mini")
+        raise ConfigError("config key 'data.train' is for tasks math and code; countdown problems come from reco_mini")
 
 
 def get(cfg: RunConfig, key: str) -> Any:
