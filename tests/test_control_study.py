@@ -13,9 +13,20 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
+import reco_mini as rm  # noqa: E402
+
+_REGISTRIES = (rm.METHODS, rm.TOKEN_RATIOS, rm.OCCURRENCES)
+_BEFORE = [set(r) for r in _REGISTRIES]
 import control_study as cs  # noqa: E402
 
-import reco_mini as rm  # noqa: E402
+# control_study imports fork_study, whose fork_arms registers the fork arms in reco_mini at import. None of the control
+# study's arms is one of them, and other modules parametrize over reco_mini's registries at collection (after this
+# import): the arms are removed again, and fork_arms is dropped from sys.modules so that test_fork_study registers its own.
+for _registry, _names in zip(_REGISTRIES, _BEFORE):
+    for _name in set(_registry) - _names:
+        del _registry[_name]
+for _module in ("fork_arms", "fork_study"):
+    sys.modules.pop(_module, None)
 from reco_countdown import char_tokenizer, make_splits, tiny_model  # noqa: E402
 from reco_task import TASKS  # noqa: E402
 
