@@ -521,7 +521,11 @@ if verl is not None:
             "def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):\n"
             "    return float(len(solution_str.strip()) % 2 == 0)\n")
         overrides = [
+            # occurrence token-mean: the paper's `sequence` gives w_i = 1 to the last digit whenever every response in a
+            # group has its 8 tokens (p_i ~ 260^-8 on a random byte model), as the CI run of 2026-12-04 met; the
+            # per-token geometric mean keeps the weights off 1, so the check below reads weights that act
             "algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=reco", "+reco.method=reco",
+            "+reco.occurrence=token-mean",
             "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.total_training_steps=2",
             "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[console]",
             f"data.train_files={tmp_path / 'train.parquet'}", f"data.val_files={tmp_path / 'val.parquet'}",
