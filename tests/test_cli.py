@@ -53,6 +53,7 @@ def test_a_config_built_in_code_is_validated():
     with pytest.raises(ConfigError, match="--token-ratio must be one of"):
         LossConfig(token_ratio="ppo")
     assert Config(quick=True).out == "runs/quick" and Config().out == "runs/default"
+    assert Config(task="code-tiny").out == "runs/code-tiny" and Config(task="code-tiny", quick=True).out == "runs/code-tiny-quick"
 
 
 def test_start_up_lines_show_only_the_settings_that_differ():
