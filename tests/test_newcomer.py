@@ -175,4 +175,4 @@ def test_readme_shows_the_console_commands_and_the_default_runs_time():
     assert "pip install ." in text
     for command in ("reco-mini", "reco-train --config tiny-cpu", "reco-eval"):
         assert command in text, command
-    assert re.search(r"`python reco_mini\.py`\s+took \d+ min", text) and "2-core" in text
+    assert re.search(r"`python reco_mini\.py`.{0,40}\s+took \d+ min \d+ s", text, re.S) and "idle 2-core" in text
