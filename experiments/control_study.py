@@ -518,14 +518,15 @@ def main(argv: list[str] | None = None) -> dict:
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
     plan, start = make_plan(args), time.time()
     torch.set_num_threads(args.threads)
-    if not (args.aggregate_only or args.status):
+    reading = args.aggregate_only or args.status
+    if reading and (ls.archived_base(archive) or not (args.quick or base_file.exists())):
+        plan["base_sha256"] = ls.archived_base(archive) or "0" * 64  # "0": nothing has run yet
+    else:  # a run, or a summary of runs made before the first archive (a study stopped in its first invocation)
         model = ls.load_context(plan["flags"], None if args.quick else base_file, task_flags=TASK_FLAGS)["base"]
         plan["base_sha256"] = ls.base_sha256(model)
-        if not args.quick and not base_file.exists():  # the first start: the base every later run and machine uses
+        if not (reading or args.quick or base_file.exists()):  # the first start: the base every later run uses
             torch.save(model.state_dict(), base_file.with_suffix(".tmp"))
             base_file.with_suffix(".tmp").replace(base_file)
-    else:
-        plan["base_sha256"] = ls.archived_base(archive) or "0" * 64
     if args.timing:
         timing = timing_run(plan)
         timing_path.parent.mkdir(parents=True, exist_ok=True)

@@ -132,6 +132,10 @@ def test_quick_study_end_to_end_resumes_and_renders(tmp_path, monkeypatch):
     assert cs.main(args)["compute"]["runs_this_invocation"] == 0
     status = cs.main(args + ["--status"])
     assert all(v["done"] == v["planned"] for k, v in status.items() if isinstance(v, dict))
+    # a study stopped in its first invocation has runs but no archive: the summary finds them on the base they ran on
+    results.with_name("q_runs.jsonl.gz").unlink()
+    assert cs.main(args + ["--aggregate-only"])["compute"]["runs"] == summary["compute"]["runs"]
+    assert all(v["done"] == v["planned"] for v in cs.main(args + ["--status"]).values() if isinstance(v, dict))
     block = cs.render_block(summary, "q.json", "q.png")
     assert "Answer and family" in block and "PARTIAL" not in block and "Where (grpo" in block
 
