@@ -332,7 +332,7 @@ def deviations(plan: dict, rows: list[dict], curves: dict, detector: dict | None
     out.append({"name": "single-point pairs at full weight",
                 "text": "a seed pair whose common Pass@1 range is a single point counts as much as any other in the mean",
                 "evidence": "; ".join(f"{r['name']}: seeds {r['single_point_seeds']} ({_interval(drop[r['name']])} without "
-                                      f"them, {drop[r['name']]['n']} seeds)" for r in family if r["single_point_seeds"])
+                                      f"them, {_seeds(drop[r['name']]['n'])})" for r in family if r["single_point_seeds"])
                             or "no pair has a single-point range",
                 "without_single_point_pairs": drop, "verdicts_that_change": changed,
                 "could_change_a_verdict": bool(changed)})
@@ -627,6 +627,10 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
 def _interval(s: dict) -> str:
     if s.get("mean") is None:
         return "–"
@@ -663,7 +667,7 @@ def claims(summary: dict) -> list[str]:
 def _matched_text(c: dict | None, lr: float) -> str:
     if not c or c["primary"].get("mean") is None:
         return f"not yet measured at lr {lr:g}"
-    return f"{_interval(c['primary'])} at lr {lr:g} ({c['primary']['n']} seeds)"
+    return f"{_interval(c['primary'])} at lr {lr:g} ({_seeds(c['primary']['n'])})"
 
 
 def confound_clause(summary: dict, h: dict) -> str:
@@ -675,7 +679,7 @@ def confound_clause(summary: dict, h: dict) -> str:
         return ""
     m = corr["lr_matched"]
     grpo = m["lr_effect"].get(REFERENCE)
-    moves = (f"; grpo alone moves {_interval(grpo['primary'])} ({grpo['primary']['n']} seeds) from lr {max(m['lrs']):g} to "
+    moves = (f"; grpo alone moves {_interval(grpo['primary'])} ({_seeds(grpo['primary']['n'])}) from lr {max(m['lrs']):g} to "
              f"{min(m['lrs']):g}" if grpo and grpo["primary"].get("mean") is not None else "")
     at_one = "; ".join(_matched_text(m["contrasts"].get(f"{key(h['arm'], lr)} - {key(h['reference'], lr)}"), lr)
                        for lr in m["lrs"])
@@ -698,7 +702,7 @@ def correction_lines(summary: dict) -> list[str]:
            "|---|---|---|---|"]
     for name, c in [*m["contrasts"].items(), *((f"{a}: lr {min(m['lrs']):g} − lr {max(m['lrs']):g}", c)
                                                 for a, c in m["lr_effect"].items())]:
-        out.append(f"| {name.replace(' - ', ' − ')} | {_interval(c['primary'])} ({c['primary']['n']} seeds) | "
+        out.append(f"| {name.replace(' - ', ' − ')} | {_interval(c['primary'])} ({_seeds(c['primary']['n'])}) | "
                    f"{_interval(c['final'])} | {', '.join(map(str, c['single_point_seeds'])) or 'none'} |")
     out.append("\nWhere the code that produced the hypotheses differs from the pre-registered text:\n")
     for d in corr["deviations"]:
