@@ -514,7 +514,7 @@ def harness(fd: int, program: str, tests, timeout_s: float) -> bool:
                 if not stdio_matches(reply[1], expected):
                     return False
         else:
-            exec(tests, {"__builtins__": ProgramNames(remote)})  # the dataset's tests, never the program's code
+            exec(tests, {"__builtins__": ProgramNames(remote)})  # the dataset's tests, in the server's own bwrap sandbox
         passed = True
     except BaseException:  # noqa: BLE001 - a failed assert, the program's exception, the time limit: all fail
         passed = False

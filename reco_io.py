@@ -181,7 +181,7 @@ class RunSettings:
     """reco_mini.Config's plumbing flags: where it runs and writes, memory and precision, logging. Their values are
     listed by --help (CHOICES) and checked with the run's (RUN_NUMBERS, run_checks)."""
     device: str = opt("auto", "where to train (auto: cuda when there is one)")
-    out: str = opt("", "output directory (default runs/default, runs/quick with --quick; another task: runs/TASK, runs/TASK-quick)")
+    out: str = opt("", "output directory (default runs/default, --quick: runs/quick; other tasks: runs/TASK[-quick])")
     quick: bool = opt(False, "a tiny budget: a smoke test of the whole pipeline (QUICK)")
     eval_batch: int = opt(0, "most responses sampled at once to evaluate (0: 4096, math 64)")
     micro_batch: int = opt(0, "rows per forward; gradients add up over the mini-batch (0 = all)")
@@ -266,8 +266,8 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
 def resolve_defaults(cfg, task, methods: list[str], tasks: list[str]) -> None:
     """reco_mini.Config's settings that default to the task's (0, or -1 for --head-chunk), the task's own defaults
     (task.config_defaults, for fields left at Config's default: as with --quick, a flag set to Config's default takes
-    the task's), the output directory (runs/default, or runs/quick with --quick; runs/TASK and runs/TASK-quick for a task other than
-    countdown, so that one task's run never meets another's results) and the device ("auto": cuda when
+    the task's), the output directory (runs/default, or runs/quick with --quick; runs/TASK and runs/TASK-quick for
+    a task other than countdown, so that one task's run never meets another's results) and the device ("auto": cuda when
     there is one); then the one check that needs the task's default (the token term that reads the logits, which
     --head-chunk does not keep)."""
     own = {f.name: f.default for f in fields(cfg)}

@@ -34,3 +34,20 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def graded(monkeypatch) -> list[str]:
+    """The programs that reach reco_code.grade_many (which still grades them): tests/test_code_task.py and
+    tests/test_code_scaled.py."""
+    import reco_code
+
+    seen: list[str] = []
+    real = reco_code.grade_many
+
+    def spy(programs, tests, **kwargs):
+        seen.extend(programs)
+        return real(programs, tests, **kwargs)
+
+    monkeypatch.setattr(reco_code, "grade_many", spy)
+    return seen

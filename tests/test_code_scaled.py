@@ -14,7 +14,6 @@ import pytest
 import yaml
 from tiny_code_model import ADD_ID, MBPP_ROW
 
-import reco_code
 from reco_code_data import load_code_problems
 from reco_scaled.config import ConfigError, load_config
 from reco_scaled.evaluate import main as evaluate
@@ -30,20 +29,6 @@ def humaneval_row(task_id: str) -> dict:
     p = HUMANEVAL[task_id]
     return {"task_id": task_id, "prompt": p["prompt"], "entry_point": p["entry_point"], "test": p["tests"],
             "canonical_solution": p["solution"].removeprefix(p["prompt"])}
-
-
-@pytest.fixture
-def graded(monkeypatch) -> list[str]:
-    """The programs that reach reco_code.grade_many (which still grades them)."""
-    seen: list[str] = []
-    real = reco_code.grade_many
-
-    def spy(programs, tests, **kwargs):
-        seen.extend(programs)
-        return real(programs, tests, **kwargs)
-
-    monkeypatch.setattr(reco_code, "grade_many", spy)
-    return seen
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from tiny_code_model import ADD_ID, MBPP_ROW
 
-import reco_code
 import reco_code_task as ct
 import reco_code_tiny as tiny
 import reco_countdown
@@ -25,20 +24,6 @@ HUMANEVAL = {p["id"]: p for p in load_code_problems("humaneval")}
 ADD = HUMANEVAL[ADD_ID]  # def add(x: int, y: int): ...
 STDIN_ROW = {"problem_id": 7, "question": "Print the sum of two integers read from one line.",
              "input_output": '{"inputs": ["1 2\\n", "5 5\\n"], "outputs": ["3\\n", "10\\n"]}', "solutions": "[]"}
-
-
-@pytest.fixture
-def graded(monkeypatch) -> list[str]:
-    """The programs that reach reco_code.grade_many (which still grades them)."""
-    seen: list[str] = []
-    real = reco_code.grade_many
-
-    def spy(programs, tests, **kwargs):
-        seen.extend(programs)
-        return real(programs, tests, **kwargs)
-
-    monkeypatch.setattr(reco_code, "grade_many", spy)
-    return seen
 
 
 def local_problems(tmp_path: Path, rows: list[dict], name: str = "rows.jsonl") -> list[dict]:
