@@ -12,6 +12,10 @@ ReCo with positive-only weights), each one registered function and a flag of rec
   where    grpo and zero-success at grpo's lr on WHERE_SEEDS: Pass@k at WHERE_STEPS on the validation split and on the
            problems of the first step's batch: when the collapse happens, and whether it reaches problems never trained on
 
+A second family (--family code-tiny; amendment 1, constants CODE): the same arms on code-tiny, grpo alone selecting
+its lr and every arm at it, no where phase, its own Holm family; it runs after the first has finished, within what that
+left of the budget (CODE_BUDGET_RULE).
+
 Every run evaluates its policy at EVAL_STEPS (WHERE_STEPS in the where phase) through reco_mini's per-step hook, so the
 early steps, where GRPO loses most of its Pass@256, are on every trajectory. Runs write <out>/base-<sha12>/.../result.json
 atomically and the summary writes every finished run to results/control_study_runs.jsonl.gz, which the next start
@@ -22,6 +26,7 @@ restores: the study stops and resumes across sessions (experiments/long_study.py
   python experiments/control_study.py --status          # runs done / planned and the projected hours, runs nothing
   python experiments/control_study.py --aggregate-only --write-docs docs/results.md
   python experiments/control_study.py --quick           # smoke test: tiny model and budget
+  python experiments/control_study.py --family code-tiny ...   # the same commands for the second family
 """
 from __future__ import annotations
 
@@ -81,6 +86,21 @@ KEEP = ("step", "pass_at_k", "counts", "mean_accuracy", "distinct_correct")
 LOGGED = ["reward_mean", "pass_rate", "adv_abs_mean", "w_min", "w_max", "entropy", "kl_base", "grad_norm",
           "clip_frac_high", "clip_frac_low"]
 BEGIN, END = "<!-- control-study:begin -->", "<!-- control-study:end -->"
+# The second family (docs/control_study.md, amendment 1, written before any of its runs): the same arms on code-tiny,
+# reco_mini's code task (issue 45), at its default model, SFT and 20 RL steps. Smaller: grpo alone selects its lr on the
+# grid, and every arm runs at grpo's lr (no contrast is confounded with lr); no where phase; its own Holm family. It
+# runs after the first family has finished, and only if its projection fits in what that family left of BUDGET_HOURS.
+CODE = dict(family="code-tiny", task_flags=["--task", "code-tiny"], steps=20, eval_steps=(2, 5, 10, 20),
+            n_eval=64, k="64", select_arms=[REFERENCE], where=(), where_steps=(), stall_after=10)
+CODE_QUICK = dict(flags=["--quick", "--sft-steps", "30", "--n-test", "8", "--prompts-per-step", "4", "--hidden", "32",
+                        "--layers", "1"], steps=3, lrs=(2e-4, 4e-4), select=(40,), confirm=(500, 501), k="8", n_eval=8,
+                  eval_steps=(1, 3))
+CODE_BUDGET_RULE = (f"The code-tiny family runs after the countdown family has finished, and only if its projected run "
+                    f"hours (--timing --family code-tiny) fit in {BUDGET_HOURS:g} h minus the countdown family's summed "
+                    "run hours; otherwise it does not run, and its block says so.")
+FILES = {"countdown": ("control_study", "runs/control", (BEGIN, END)),
+         "code-tiny": ("control_study_code", "runs/control-code", ("<!-- control-study-code:begin -->",
+                                                                   "<!-- control-study-code:end -->"))}
 
 
 # =============================================================================
@@ -97,7 +117,24 @@ def base_specs(plan: dict) -> list[dict]:
 
 def select_specs(plan: dict) -> list[dict]:
     return [{"phase": "select", "arm": a, "lr": lr, "seed": s, "split": "val"} | tag(plan)
-            for a in plan["arms"] for lr in plan["lrs"] for s in plan["select"]]
+            for a in selecting(plan) for lr in plan["lrs"] for s in plan["select"]]
+
+
+def selecting(plan: dict) -> list[str]:
+    """The arms that select their lr on the grid: every arm, or grpo alone in a family run at grpo's lr (CODE)."""
+    return plan.get("select_arms") or plan["arms"]
+
+
+def arm_lrs(plan: dict, chosen: dict) -> dict:
+    """Each arm's lr from the selection's choices: its own, or grpo's in a family run at grpo's lr ({} until known)."""
+    if not plan.get("select_arms"):
+        return chosen
+    return {a: chosen[REFERENCE] for a in plan["arms"]} if REFERENCE in chosen else {}
+
+
+def choose(plan: dict, base_val: float | None) -> dict:
+    """SELECTION_RULE on the finished selection runs."""
+    return fs.selection(ls.load_results(select_specs(plan), plan), plan, base_val, selecting(plan)) | {"rule": SELECTION_RULE}
 
 
 def confirm_specs(plan: dict, choices: dict) -> list[dict]:
@@ -121,7 +158,8 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
         return json.loads((path / "result.json").read_text())
     path.mkdir(parents=True, exist_ok=True)
     start, stopped, log, base, tokenizer, splits = time.time(), None, [], ctx["base"], ctx["tokenizer"], ctx["splits"]
-    common = [*TASK_FLAGS, *plan["flags"], "--n-eval", str(plan["n_eval"]), "--eval-seed", str(EVAL_SEED_BASE + spec["seed"])]
+    common = [*plan["task_flags"], *plan["flags"], "--n-eval", str(plan["n_eval"]),
+              "--eval-seed", str(EVAL_SEED_BASE + spec["seed"])]
     if spec["arm"] == "base":
         cfg = rm.parse_config([*common, "--seed", "0", "--methods", ""])
         trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], "base")}]
@@ -208,7 +246,7 @@ def contrasts(plan: dict, choices: dict) -> list[dict]:
         if a == REFERENCE:
             continue
         for lr in sorted({choices[a], choices[REFERENCE]}):
-            which = ("its lr = grpo's" if choices[a] == choices[REFERENCE] else
+            which = ("grpo's lr" if plan.get("select_arms") else "its lr = grpo's" if choices[a] == choices[REFERENCE] else
                      "its selected lr" if lr == choices[a] else "grpo's lr")
             out.append({"name": f"{a} @ {which}", "arm": a, "lr": lr, "reference": REFERENCE, "reference_lr": choices[REFERENCE]})
     return out
@@ -219,8 +257,8 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
     base_val = base["val"]["pass_at_k"]["1"] if "val" in base else None
     base_test = base["test"]["pass_at_k"]["1"] if "test" in base else None
     sel_results = ls.load_results(select_specs(plan), plan)
-    sel = fs.selection(sel_results, plan, base_val, plan["arms"]) | {"rule": SELECTION_RULE}
-    choices = sel["choices"]
+    sel = choose(plan, base_val)
+    choices = arm_lrs(plan, sel["choices"])
     ready = len(choices) == len(plan["arms"])
     confirm = ls.load_results(confirm_specs(plan, choices), plan) if ready else []
     where = ls.load_results(where_specs(plan, choices), plan) if ready else []
@@ -271,18 +309,23 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
                                                         len(g["seeds"]) - g["stalled"])
     runs_all = [r for s in base_specs(plan) if (r := load_one(s, plan))] + sel_results + confirm + where
     runs_planned = 2 + len(select_specs(plan)) + (planned or 0) + (len(where_specs(plan, choices)) if ready else 0)
-    sd = planning_sd() if not plan.get("quick") else 0.0
+    countdown = plan["family"] == "countdown"
+    sd = planning_sd() if countdown and not plan.get("quick") else 0.0
+    n_contrasts = (len(plan["arms"]) - 1) * (1 if plan.get("select_arms") else 2)
     return finite_or_none({
         "partial": not all(complete.values()), "complete": complete,
-        "design": {"task": task_choice() if not plan.get("quick") else None, "arms": ARMS, "arms_run": plan["arms"],
-                   "reference": REFERENCE, "task_flags": TASK_FLAGS, "flags": plan["flags"], "base_sha256": plan["base_sha256"],
+        "design": {"family": plan["family"], "task": task_choice() if countdown and not plan.get("quick") else None,
+                   "arms": ARMS, "arms_run": plan["arms"], "select_arms": selecting(plan),
+                   "reference": REFERENCE, "task_flags": plan["task_flags"], "flags": plan["flags"],
+                   "base_sha256": plan["base_sha256"],
                    "lrs": list(plan["lrs"]), "select_seeds": list(plan["select"]), "confirm_seeds": list(plan["confirm"]),
                    "where_seeds": list(plan["where"]), "steps": plan["steps"], "eval_steps": list(plan["eval_steps"]),
                    "where_steps": list(plan["where_steps"]), "n_eval": plan["n_eval"], "k": int(plan["k"]),
                    "primary": PRIMARY, "eval_seed": f"{EVAL_SEED_BASE} + RL seed", "alpha": ALPHA,
                    "equivalence_margin": EQUIVALENCE_MARGIN, "stall_rule": fs.STALL_RULE, "family_rule": FAMILY_RULE,
                    "mde_planning_sd": sd,
-                   "mde": ls.minimum_detectable_effect(len(plan["confirm"]), sd, ALPHA / 14) if sd else None},
+                   "mde": ls.minimum_detectable_effect(len(plan["confirm"]), sd, ALPHA / n_contrasts) if sd else None,
+                   "budget_rule": CODE_BUDGET_RULE if not countdown else None},
         "base": base, "selection": sel, "family": family, "positive_controls": controls, "reco_vs_controls": versus,
         "arms": per_arm, "where": where_summary(where, plan["k"]),
         "compute": {"runs": len(runs_all), "runs_planned": runs_planned,
@@ -338,38 +381,41 @@ def run_seconds(timing: dict, spec: dict, plan: dict) -> float:
 def projected_hours(timing: dict, plan: dict, choices: dict | None = None) -> float:
     """Summed run hours of the plan: the base, the selection, and the confirmation and where phases, with every arm's
     selected lr assumed different from grpo's unless `choices` says otherwise (the largest plan)."""
-    guess = choices or {a: (0.0 if a == REFERENCE else 1.0) for a in plan["arms"]}
+    guess = choices or arm_lrs(plan, {a: (0.0 if a == REFERENCE else 1.0) for a in plan["arms"]})
     specs = base_specs(plan) + select_specs(plan) + confirm_specs(plan, guess) + where_specs(plan, guess)
     return sum(run_seconds(timing, s, plan) for s in specs) / 3600
 
 
 def timing_run(plan: dict) -> dict:
     """5 RL steps of each arm at grpo's default lr and one evaluation at n = N_EVAL, on this machine."""
-    ctx = ls.load_context(plan["flags"], task_flags=TASK_FLAGS)
+    ctx = ls.load_context(plan["flags"], task_flags=plan["task_flags"])
     out, arms = Path(plan["out"]) / "timing", {}
     for a in [plan["arms"][0], *plan["arms"]]:  # the first arm twice: its first run pays the start-up
         method, extra = ARMS[a]
-        cfg = rm.parse_config([*TASK_FLAGS, *plan["flags"], *extra, "--method", method, "--steps", "5", "--out", str(out)])
+        cfg = rm.parse_config([*plan["task_flags"], *plan["flags"], *extra, "--method", method, "--steps", "5",
+                               "--out", str(out)])
         (out / a).mkdir(parents=True, exist_ok=True)
         model = copy.deepcopy(ctx["base"]).requires_grad_(True)
         start = time.time()
         rm.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], out / a)
         arms[a] = {"s_per_step": (time.time() - start) / 5}
-    cfg = rm.parse_config([*TASK_FLAGS, *plan["flags"], "--n-eval", str(plan["n_eval"])])
+    cfg = rm.parse_config([*plan["task_flags"], *plan["flags"], "--n-eval", str(plan["n_eval"])])
     start = time.time()
     rm.evaluate(cfg, ctx["base"], ctx["tokenizer"], ctx["splits"]["val"], "timing")
     timing = {"arms": arms, f"s_per_eval_n{plan['n_eval']}": time.time() - start, "torch_threads": torch.get_num_threads(),
-              "task_flags": TASK_FLAGS}
+              "task_flags": plan["task_flags"]}
     hours = projected_hours(timing, plan)
-    return timing | {"budget": {"projected_run_hours": hours, "budget_hours": BUDGET_HOURS,
-                                "within_budget": hours <= BUDGET_HOURS, "projected_wall_hours_at_jobs_2": hours / 2}}
+    fits = hours <= BUDGET_HOURS if plan["family"] == "countdown" else None  # the second family: CODE_BUDGET_RULE decides
+    return timing | {"budget": {"projected_run_hours": hours, "budget_hours": BUDGET_HOURS, "within_budget": fits,
+                                "projected_wall_hours_at_jobs_2": hours / 2}
+                     | ({} if fits is not None else {"rule": CODE_BUDGET_RULE})}
 
 
 def status(plan: dict, timing: dict | None) -> dict:
     base = {s["split"]: r for s in base_specs(plan) if (r := load_one(s, plan))}
     base_val = base["val"]["trajectory"][0]["pass_at_k"]["1"] if "val" in base else None
-    choices = fs.selection(ls.load_results(select_specs(plan), plan), plan, base_val, plan["arms"])["choices"]
-    guess = {a: choices.get(a, 0.0 if a == REFERENCE else 1.0) for a in plan["arms"]}  # unknown yet: the largest plan
+    choices = arm_lrs(plan, choose(plan, base_val)["choices"])
+    guess = arm_lrs(plan, {a: choices.get(a, 0.0 if a == REFERENCE else 1.0) for a in plan["arms"]})  # the largest plan
     out, left_s = {}, 0.0
     for name, specs in (("base", base_specs(plan)), ("select", select_specs(plan)), ("confirm", confirm_specs(plan, guess)),
                         ("where", where_specs(plan, guess))):
@@ -406,7 +452,9 @@ def plot(summary: dict, path: Path) -> None:
     if summary["where"]:
         bx.legend(fontsize=7)
     else:
-        bx.text(0.5, 0.5, "no where-phase run yet", ha="center", transform=bx.transAxes)
+        countdown = summary["design"].get("family", "countdown") == "countdown"
+        none = "no where-phase run yet" if countdown else "no where phase in this family"
+        bx.text(0.5, 0.5, none, ha="center", transform=bx.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -439,9 +487,12 @@ def claims(summary: dict) -> list[str]:
 
 def render_block(summary: dict, results_path: str, png: str) -> str:
     d, c, k = summary["design"], summary["compute"], summary["design"]["k"]
-    out = [f"_Generated from `{results_path}` by `python experiments/control_study.py --aggregate-only --write-docs "
+    family = "" if d.get("family", "countdown") == "countdown" else f"--family {d['family']} "
+    out = [f"_Generated from `{results_path}` by `python experiments/control_study.py {family}--aggregate-only --write-docs "
            "<this file>`; rerun it rather than editing._"]
-    if summary["partial"]:
+    if summary["partial"] and summary.get("budget_check") and not c["runs"]:
+        out.append(f"\n**Not run:** {summary['budget_check']}.")
+    elif summary["partial"]:
         done = ", ".join(p for p, ok in summary["complete"].items() if ok) or "none"
         out.append(f"\n**PARTIAL: the study has not finished.** Phases complete: {done}. Finished runs: {c['runs']} of "
                    f"{c['runs_planned'] or '?'}; no finding is drawn from it until it finishes.")
@@ -450,13 +501,17 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
         why = "; ".join(f"{n}: Pass@{t['k']} {t['base']:.3f} → {t['grpo_step_120']:.3f} (collapse {t['collapse']:.3f})"
                         for n, t in task["tasks"].items())
         out.append(f"\nTask: {task['chosen']}, where GRPO's collapse on validation is largest ({why}).")
+    elif d.get("family", "countdown") != "countdown":
+        out.append(f"\nTask: {d['family']}, the second family (amendment 1 of docs/control_study.md): grpo selects its lr "
+                   "on validation and every arm runs at it; its own Holm family.")
     out.append(f"\nRL {d['steps']} steps, evaluated at steps {d['eval_steps']}, n = {d['n_eval']}, primary k = {k}; "
                f"lr grid {d['lrs']}; confirmation seeds {d['confirm_seeds']} on the test split.")
     if summary["base"].get("test"):
         b = summary["base"]["test"]["pass_at_k"]
         out.append(f"The base before RL, test split: Pass@1 {b['1']:.3f}, Pass@{k} {b[str(k)]:.3f}.")
     if summary["selection"]["choices"]:
-        out.append("\nSelected lr: " + ", ".join(f"{a} {lr:g}" for a, lr in summary["selection"]["choices"].items()) + ".")
+        out.append("\nSelected lr: " + ", ".join(f"{a} {lr:g}" for a, lr in summary["selection"]["choices"].items())
+                   + (" (every arm runs at grpo's lr)." if d.get("select_arms", d["arms_run"]) != d["arms_run"] else "."))
     if summary["arms"]:
         out.append(f"\n![Frontiers and the first steps]({png})")
     out.append("\n**Answer and family** (declared before the runs; Holm over every contrast; TOST ±0.02):\n")
@@ -493,36 +548,64 @@ def make_plan(args: argparse.Namespace) -> dict:
     plan = {"out": args.out, "flags": [], "steps": STEPS, "lrs": LRS, "select": SELECT_SEEDS, "confirm": CONFIRM_SEEDS,
             "where": WHERE_SEEDS, "arms": list(ARMS), "k": K, "n_eval": N_EVAL, "eval_steps": EVAL_STEPS,
             "where_steps": WHERE_STEPS, "stall_after": fs.STALL_AFTER, "base_sha256": None, "task_flags": TASK_FLAGS,
-            "sft_form_prior": SFT_FORM_PRIOR, "quick": False}
+            "sft_form_prior": SFT_FORM_PRIOR, "quick": False, "family": "countdown"}
+    if args.family == "code-tiny":
+        return plan | CODE | (CODE_QUICK | {"quick": True, "stall_after": 1} if args.quick else {})
     return plan | (QUICK | {"quick": True, "stall_after": 1} if args.quick else {})
+
+
+def code_budget_check(plan: dict, timing: dict | None, first: Path) -> str | None:
+    """CODE_BUDGET_RULE: why the code-tiny family may not run yet, or None. `first` is the countdown family's summary."""
+    if timing is None:
+        return "no timing of the code-tiny family: run --timing --family code-tiny first"
+    if not first.exists():
+        return f"{first}: no summary of the countdown family (the code-tiny family runs after it has finished)"
+    summary = json.loads(first.read_text())
+    if summary.get("partial", True):
+        return f"{first}: the countdown family has not finished (the code-tiny family runs after it)"
+    spent = summary["compute"]["run_time_s"] / 3600
+    projected = projected_hours(timing, plan | {"base_sha256": plan["base_sha256"] or "0" * 64})  # counts, not runs
+    if spent + projected > BUDGET_HOURS:
+        return (f"the code-tiny family is projected at {projected:.2f} h, and the countdown family spent {spent:.2f} h of "
+                f"the {BUDGET_HOURS:g} h budget: it does not fit, so it does not run")
+    return None
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--family", default="countdown", choices=list(FILES),
+                        help="countdown: the primary family; code-tiny: the second family (amendment 1)")
     parser.add_argument("--phases", default="base,select,confirm,where", help="comma-separated phases to run")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (worker processes)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    parser.add_argument("--out", default="", help="run directory (default runs/control, runs/control_quick)")
-    parser.add_argument("--results", default="", help="summary JSON (default results/control_study.json; with --quick, "
-                                                       "<out>/control_study.json)")
+    parser.add_argument("--out", default="", help="run directory (default runs/control, runs/control-code; with --quick, "
+                                                   "..._quick)")
+    parser.add_argument("--results", default="", help="summary JSON (default results/control_study.json, "
+                                                       "results/control_study_code.json; with --quick, in <out>)")
+    parser.add_argument("--after", default="results/control_study.json",
+                        help="code-tiny family: the countdown family's summary, read by its budget rule")
     parser.add_argument("--write-docs", default="", help="markdown file to fill between the control-study markers")
     parser.add_argument("--aggregate-only", action="store_true", help="summarise the finished runs, run nothing")
     parser.add_argument("--status", action="store_true", help="print runs done / planned and the projected hours")
     parser.add_argument("--timing", action="store_true", help="measure 5 RL steps per arm and an evaluation, then stop")
     parser.add_argument("--quick", action="store_true", help="smoke test: tiny model, budget and grid")
     args = parser.parse_args(argv)
-    args.out = args.out or ("runs/control_quick" if args.quick else "runs/control")
-    results = Path(args.results or (f"{args.out}/control_study.json" if args.quick else "results/control_study.json"))
+    stem, out, markers = FILES[args.family]
+    args.out = args.out or (f"{out}_quick" if args.quick else out)
+    results = Path(args.results or (f"{args.out}/{stem}.json" if args.quick else f"results/{stem}.json"))
     timing_path, archive = results.with_name(results.stem + "_timing.json"), results.with_name(results.stem + "_runs.jsonl.gz")
-    base_file = ROOT / "results" / "control_study_base.pt"
+    base_file = ROOT / "results" / f"{stem}_base.pt"
     timing = json.loads(timing_path.read_text()) if timing_path.exists() else None
     plan, start = make_plan(args), time.time()
     torch.set_num_threads(args.threads)
     reading = args.aggregate_only or args.status
+    if plan["family"] != "countdown" and not (reading or args.timing or args.quick):
+        if why := code_budget_check(plan, timing, Path(args.after)):
+            sys.exit(f"control_study.py --family {plan['family']}: {why} ({CODE_BUDGET_RULE})")
     if reading and (ls.archived_base(archive) or not (args.quick or base_file.exists())):
         plan["base_sha256"] = ls.archived_base(archive) or "0" * 64  # "0": nothing has run yet
     else:  # a run, or a summary of runs made before the first archive (a study stopped in its first invocation)
-        model = ls.load_context(plan["flags"], None if args.quick else base_file, task_flags=TASK_FLAGS)["base"]
+        model = ls.load_context(plan["flags"], None if args.quick else base_file, task_flags=plan["task_flags"])["base"]
         plan["base_sha256"] = ls.base_sha256(model)
         if not (reading or args.quick or base_file.exists()):  # the first start: the base every later run uses
             torch.save(model.state_dict(), base_file.with_suffix(".tmp"))
@@ -547,17 +630,18 @@ def main(argv: list[str] | None = None) -> dict:
         if "select" in phases:
             ran += ls.run_all(select_specs(plan), plan, args.jobs, args.threads, run=_run)
         base_val = load_one(base_specs(plan)[0], plan)
-        choices = fs.selection(ls.load_results(select_specs(plan), plan), plan,
-                               base_val["trajectory"][0]["pass_at_k"]["1"] if base_val else None, plan["arms"])["choices"]
+        choices = arm_lrs(plan, choose(plan, base_val["trajectory"][0]["pass_at_k"]["1"] if base_val else None)["choices"])
         if len(choices) == len(plan["arms"]) and base_val:
             todo = (confirm_specs(plan, choices) if "confirm" in phases else []) + (
                 where_specs(plan, choices) if "where" in phases else [])
             ran += ls.run_all(todo, plan, args.jobs, args.threads, run=_run)
     summary = aggregate(plan, time.time() - start, timing)
     summary["compute"]["runs_this_invocation"] = ran
+    if plan["family"] != "countdown" and not plan["quick"]:
+        summary["budget_check"] = code_budget_check(plan, timing, Path(args.after))
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text(json.dumps(summary, indent=1))
-    choices = summary["selection"]["choices"]
+    choices = arm_lrs(plan, summary["selection"]["choices"])
     ready = len(choices) == len(plan["arms"])
     specs = base_specs(plan) + select_specs(plan) + (confirm_specs(plan, choices) + where_specs(plan, choices) if ready else [])
     ls.write_archive(archive, plan, specs, summary["partial"], plan["base_sha256"], what=ARCHIVE_WHAT)
@@ -566,7 +650,7 @@ def main(argv: list[str] | None = None) -> dict:
         plot(summary, png)
     if args.write_docs:
         docs = Path(args.write_docs)
-        write_block(docs, render_block(summary, str(results), os.path.relpath(png, docs.parent)), BEGIN, END)
+        write_block(docs, render_block(summary, str(results), os.path.relpath(png, docs.parent)), *markers)
     print(f"wrote {results}" + (" (partial)" if summary["partial"] else "") + f"; {ran} runs this invocation")
     return summary
 

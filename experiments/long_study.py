@@ -46,6 +46,7 @@ from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  #
 
 import reco_mini as rm  # noqa: E402
 from reco_countdown import LONG_SFT_FORM_PRIOR, TOKEN_CLASSES, base_cache_path, char_tokenizer, load_base, make_splits  # noqa: E402
+from reco_task import TASKS  # noqa: E402
 
 ARMS = {  # arm -> (reco_mini method, extra flags)
     "grpo": ("grpo", []),
@@ -162,12 +163,23 @@ def load_context(flags: list[str], base_file: Path | None = None, task_flags: li
     """Splits, tokenizer and SFT base; a committed `base_file` replaces the cached base, so that every machine runs on
     the same weights (a retrained base differs from machine to machine). Another study passes its `task_flags`."""
     cfg = rm.parse_config([*task_flags, *flags, "--seed", "0"])
+    if cfg.task == "code-tiny":  # its own problems, tokenizer, base and cache (reco_task.CodeTiny)
+        import reco_code_tiny as tiny
+        task, cache = TASKS[cfg.task], tiny.base_cache_path(cfg)
+        splits = task.splits(cfg)
+        _copy_base(base_file, cache)
+        tokenizer, base = task.tiny_base(cfg, splits)
+        return {"splits": splits, "tokenizer": tokenizer, "base": base.requires_grad_(False)}
     splits, tokenizer = make_splits(cfg), char_tokenizer(cfg.task)
-    if base_file is not None and base_file.exists():
-        base_cache_path(cfg).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(base_file, base_cache_path(cfg))
+    _copy_base(base_file, base_cache_path(cfg))
     base = load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"])).requires_grad_(False)
     return {"splits": splits, "tokenizer": tokenizer, "base": base}
+
+
+def _copy_base(base_file: Path | None, cache: Path) -> None:
+    if base_file is not None and base_file.exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(base_file, cache)
 
 
 def die_with_parent() -> None:

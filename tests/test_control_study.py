@@ -140,13 +140,67 @@ def test_quick_study_end_to_end_resumes_and_renders(tmp_path, monkeypatch):
     assert "Answer and family" in block and "PARTIAL" not in block and "Where (grpo" in block
 
 
-def test_the_committed_block_is_the_render_of_the_committed_summary():
-    summary_path = ROOT / "results" / "control_study.json"
+@pytest.mark.parametrize("family", list(cs.FILES))
+def test_the_committed_block_is_the_render_of_the_committed_summary(family):
+    stem, _, (begin, end) = cs.FILES[family]
+    summary = json.loads((ROOT / "results" / f"{stem}.json").read_text())
     text = (ROOT / "docs" / "results.md").read_text()
-    block = text.split(cs.BEGIN, 1)[1].split(cs.END, 1)[0].strip()
-    if not summary_path.exists():
-        assert block == "_Not run yet._"
-        return
-    summary = json.loads(summary_path.read_text())
-    assert block == cs.render_block(summary, "results/control_study.json", "../results/control_study.png").strip()
-    assert ("PARTIAL" in block) == summary["partial"]
+    block = text.split(begin, 1)[1].split(end, 1)[0].strip()
+    assert block == cs.render_block(summary, f"results/{stem}.json", f"../results/{stem}.png").strip()
+    assert ("PARTIAL" in block or "Not run" in block) == summary["partial"]
+    assert summary["design"].get("family", "countdown") == family  # a summary written before amendment 1 has no family
+
+
+# The second family (amendment 1): code-tiny, every arm at grpo's selected lr, after the first family and within its budget
+
+CODE_PLAN = PLAN | cs.CODE
+
+
+def test_the_code_family_selects_grpo_s_lr_alone_and_runs_every_arm_at_it():
+    assert {s["arm"] for s in cs.select_specs(CODE_PLAN)} == {"grpo"}
+    assert len(cs.select_specs(CODE_PLAN)) == len(cs.LRS) * 2 and len(cs.select_specs(PLAN)) == len(cs.LRS) * 2 * len(cs.ARMS)
+    assert cs.arm_lrs(CODE_PLAN, {}) == {}  # not known before grpo's selection has finished
+    choices = cs.arm_lrs(CODE_PLAN, {"grpo": 5e-5})
+    assert choices == {a: 5e-5 for a in cs.ARMS}
+    assert {(s["arm"], s["lr"]) for s in cs.confirm_specs(CODE_PLAN, choices)} == {(a, 5e-5) for a in cs.ARMS}
+    family = cs.contrasts(CODE_PLAN, choices)
+    assert [r["name"] for r in family] == [f"{a} @ grpo's lr" for a in cs.ARMS if a != "grpo"]
+    assert cs.where_specs(CODE_PLAN, choices) == []
+    assert cs.arm_lrs(PLAN, {"grpo": 5e-5, "ucpo": 1e-4}) == {"grpo": 5e-5, "ucpo": 1e-4}  # the first family: unchanged
+
+
+def test_the_code_family_runs_only_after_the_first_and_within_what_it_left(tmp_path):
+    timing = {"arms": {a: {"s_per_step": 1.0} for a in cs.ARMS}, "s_per_eval_n64": 10.0}
+    projected = cs.projected_hours(timing, CODE_PLAN)
+    # 2 base evaluations; 10 selection runs and 8 arms x 2 seeds of confirmation runs, each 20 steps and 4 evaluations
+    assert projected == pytest.approx((2 * 10 + (10 + 16) * (20 + 4 * 10)) / 3600)
+    first = tmp_path / "control_study.json"
+    assert "run --timing --family code-tiny" in cs.code_budget_check(CODE_PLAN, None, first)
+    assert "no summary of the countdown family" in cs.code_budget_check(CODE_PLAN, timing, first)
+    first.write_text(json.dumps({"partial": True, "compute": {"run_time_s": 3600.0}}))
+    assert "has not finished" in cs.code_budget_check(CODE_PLAN, timing, first)
+    spent = (cs.BUDGET_HOURS - projected) * 3600
+    first.write_text(json.dumps({"partial": False, "compute": {"run_time_s": spent - 1}}))
+    assert cs.code_budget_check(CODE_PLAN, timing, first) is None
+    first.write_text(json.dumps({"partial": False, "compute": {"run_time_s": spent + 1}}))
+    assert "does not fit, so it does not run" in cs.code_budget_check(CODE_PLAN, timing, first)
+    (tmp_path / "code_timing.json").write_text(json.dumps(timing))  # read by main beside its --results
+    with pytest.raises(SystemExit, match="does not fit"):
+        cs.main(["--family", "code-tiny", "--after", str(first), "--out", str(tmp_path / "runs"),
+                 "--results", str(tmp_path / "code.json")])
+    assert not (tmp_path / "runs").exists()  # refused before any work
+
+
+@pytest.mark.slow
+def test_quick_code_family_end_to_end(tmp_path, monkeypatch):
+    """The whole second family on a tiny code-tiny model, graded in reco_code's sandbox."""
+    monkeypatch.chdir(tmp_path)
+    out, results = tmp_path / "runs", tmp_path / "c.json"
+    summary = cs.main(["--family", "code-tiny", "--quick", "--out", str(out), "--results", str(results)])
+    assert not summary["partial"] and summary["compute"]["runs"] == summary["compute"]["runs_planned"] == 2 + 2 + 8 * 2
+    assert summary["design"]["task_flags"] == ["--task", "code-tiny"] and summary["design"]["family"] == "code-tiny"
+    assert set(summary["selection"]["choices"]) == {"grpo"} and len(summary["family"]) == len(cs.ARMS) - 1
+    run = json.loads(next(out.glob("base-*/confirm/ucpo/*/seed501/result.json")).read_text())
+    assert [row["step"] for row in run["trajectory"]] == list(cs.CODE_QUICK["eval_steps"])
+    block = cs.render_block(summary, "c.json", "c.png")
+    assert "Task: code-tiny, the second family" in block and "every arm runs at grpo's lr" in block
