@@ -12,9 +12,9 @@ reco_mini or reco_scaled, and never runs a program: every program runs in reco_c
   sequence (STOP_SEQUENCES, Codex's and HumanEval's: a line at column 0 starting ``class``, ``def``, ``#``, ``if``
   or ``print``) after the line that defines the entry point, the way HumanEval's completions are cut; a program
   for stdin/stdout (no entry point) is not cut. `fenced_program(response)`: the last fenced python block (```python,
-  ```py or a bare ```), or "" when there is none. reco_mini's sampler and reco_scaled's engines stop at token ids
-  only, so a completion's tokens after its stop sequence stay in the response (they are trained with the
-  response's advantage) though they are not in the program.
+  ```py or a bare ```), or "" when there is none. reco_mini's sampler and reco_scaled's engines stop at token ids;
+  `completion_stop` and `tokens_through` say where a completion ends (after its stop sequence), and reco_task's
+  code task cuts its response there, so no token after the stop sequence is trained.
 - Rewards. `grade(programs, tests)`: reco_code.grade_many over a batch (parallel, identical jobs once); a program
   that does not parse (Python's ast, which never runs it) fails without a sandbox run, since it cannot pass.
 - Keys. `program_key(program)`: equal programs up to formatting (spacing, comments, redundant parentheses) share a
@@ -70,15 +70,39 @@ def completion_program(prompt: str, response: str, entry_point: str | None) -> s
     """The program of a completion: `prompt` + `response`, cut at the first stop sequence after the line that
     defines `entry_point` (in the prompt, for HumanEval; else where the response writes it). Not cut without an
     entry point (a stdin/stdout program) or when the entry point is never defined."""
+    stop = completion_stop(prompt, response, entry_point)
+    return prompt + (response if stop is None else response[: stop[0]])
+
+
+def completion_stop(prompt: str, response: str, entry_point: str | None) -> tuple[int, int] | None:
+    """Where completion_program cuts `response`: (the start, the end) of its first stop sequence in it, or None where
+    it is not cut. The response ends at the end of its stop sequence, as a sampler that stops at stop strings ends it
+    (vLLM's `stop`, transformers' `stop_strings`); the tokens after it are not part of it."""
     program = prompt + response
     if not entry_point:
-        return program
+        return None
     found = re.search(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", program, re.MULTILINE)
     if found is None:
-        return program
+        return None
     start = max(program.find("\n", found.end()), len(prompt))  # the def line itself is never cut
-    cuts = [i for i in (program.find(stop, start) for stop in STOP_SEQUENCES) if i >= 0]
-    return program[: min(cuts)] if cuts else program
+    cuts = [(i, i + len(stop)) for stop in STOP_SEQUENCES if (i := program.find(stop, start)) >= 0]
+    if not cuts:
+        return None
+    begin, end = min(cuts)
+    return begin - len(prompt), end - len(prompt)
+
+
+def tokens_through(tokenizer, ids: Sequence[int], chars: int) -> int:
+    """The fewest leading tokens of `ids` whose text (special tokens skipped) has at least `chars` characters: the
+    tokens of a response that end at character `chars` of its text. Binary search: a prefix's text grows with it."""
+    low, high = 0, len(ids)
+    while low < high:
+        mid = (low + high) // 2
+        if len(tokenizer.decode(list(ids[:mid]), skip_special_tokens=True)) >= chars:
+            high = mid
+        else:
+            low = mid + 1
+    return low
 
 
 def fenced_program(response: str) -> str:

@@ -347,6 +347,7 @@ def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Ge
     limit, tau = cfg.max_new_tokens, cfg.temperature
     with reco_io.autocast(cfg.device, cfg.dtype):
         resp, mask = sample(model, prompt_ids, prompt_mask, limit, tau, stop_ids, pad_id, gen)
+    resp, mask = task.trim(flat, resp, mask, tokenizer)  # code: cut after its stop sequence
     texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
     rewards = torch.tensor(task.rewards(flat, texts), device="cpu").view(len(problems), n)
     rolled = dict(prompt_ids=prompt_ids, prompt_mask=prompt_mask, resp=resp, mask=mask)

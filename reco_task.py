@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 import reco_code_task as ct
 import reco_code_tiny as tiny
 import reco_countdown as rc
@@ -58,6 +60,16 @@ class Task:
     def stop_ids(self, tokenizer, model) -> list[int]:
         """The tokens that end a response (reco_mini.sample stops a row at the first of them)."""
         return [tokenizer.eos_token_id]
+
+    def response_length(self, problem, ids: list[int], tokenizer) -> int:
+        """How many of a sampled response's tokens `ids` are the response: all of them, unless the task ends a
+        response earlier than its stop ids do (a code completion, at its stop sequence)."""
+        return len(ids)
+
+    def trim(self, problems: list, resp, mask, tokenizer):
+        """(resp, mask) [B, T] of sampled rows with each cut to its response_length (tokens after it: pad, mask 0).
+        Unchanged for a task that never cuts."""
+        return resp, mask
 
     def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
         """Per response (problem-major, group_size each), a key that equal answers share."""
@@ -185,6 +197,22 @@ class Code(Task):
     def stop_ids(self, tokenizer, model) -> list[int]:
         """The EOS, the model's generation config's EOS ids and, with a chat template, a chat turn's end."""
         return reco_io.stop_token_ids(tokenizer, "chat" if self.chat else "plain", getattr(model, "generation_config", None))
+
+    def response_length(self, problem, ids: list[int], tokenizer) -> int:
+        """A completion ends with its stop sequence (reco_code_task.completion_stop): the tokens through it."""
+        if self.chat:
+            return len(ids)
+        stop = ct.completion_stop(ct.completion_prompt(problem), tokenizer.decode(ids, skip_special_tokens=True),
+                                  problem["entry_point"])
+        return len(ids) if stop is None else ct.tokens_through(tokenizer, ids, stop[1])
+
+    def trim(self, problems: list, resp, mask, tokenizer):
+        if self.chat:
+            return resp, mask
+        sampled = mask.sum(-1).long().tolist()  # a row's tokens are left-aligned: mask 1 up to and including its stop token
+        lengths = [self.response_length(p, row[:n].tolist(), tokenizer) for p, row, n in zip(problems, resp, sampled)]
+        keep = torch.arange(resp.shape[1], device=resp.device)[None, :] < torch.tensor(lengths, device=resp.device)[:, None]
+        return resp.masked_fill(~keep, tokenizer.pad_token_id), mask * keep.to(mask.dtype)
 
     def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
         """The program's key: programs equal up to formatting share it (reco_code_task.program_key)."""

@@ -16,6 +16,7 @@ import torch
 from reco_countdown import make_splits
 from reco_io import has_bos
 from reco_scaled.config import ConfigError, RunConfig
+from reco_scaled.rollout.base import Rollout
 from reco_task import TASKS
 
 
@@ -28,6 +29,15 @@ class Task:
     def rewards(self, indices: list[int], responses: list[str]) -> list[float]:
         """The reward of each (problem index, response) pair; a math or code batch is graded in parallel (grade_many)."""
         return self.task.rewards([self.problems[i] for i in indices], responses)
+
+    def trim(self, indices: list[int], rollout: Rollout, tokenizer) -> Rollout:
+        """Each response (of problem indices[j]) cut to the task's response_length: a code completion ends after its
+        stop sequence, as under a sampler that stops at stop strings; its sampler log-probs are cut with it."""
+        lengths = [self.task.response_length(self.problems[i], ids, tokenizer) for i, ids in zip(indices, rollout.response_ids)]
+        if all(n == len(ids) for n, ids in zip(lengths, rollout.response_ids)):
+            return rollout
+        return Rollout(rollout.prompt_ids, [ids[:n] for ids, n in zip(rollout.response_ids, lengths)],
+                       [lp[:n] for lp, n in zip(rollout.sampler_logprobs, lengths)])
 
 
 def load_task(cfg: RunConfig, tokenizer, problems: list[dict] | None = None) -> Task:

@@ -159,8 +159,10 @@ class Trainer:
         self.engine.sleep()
         times["rollout"], t = time.perf_counter() - t, time.perf_counter()
 
+        flat = [i for i in mine for _ in range(G)]
+        ro = self.task.trim(flat, ro, self.tokenizer)  # code: a completion ends at its stop sequence
         texts = self.tokenizer.batch_decode(ro.response_ids, skip_special_tokens=True)
-        scores = self.task.rewards([i for i in mine for _ in range(G)], texts)
+        scores = self.task.rewards(flat, texts)
         rewards = torch.tensor(scores, device=d.device)
         rewards = rewards.view(Pr, G)
         times["reward"], t = time.perf_counter() - t, time.perf_counter()

@@ -55,6 +55,77 @@ def test_a_completion_is_cut_at_the_first_stop_sequence_after_the_entry_point():
     assert ct.completion_program("", "x = 1\ndef other():\n    pass\n", "add2") == "x = 1\ndef other():\n    pass\n"
 
 
+def test_a_completion_ends_after_its_stop_sequence_where_its_program_is_cut():
+    prompt, body = ADD["prompt"], "    return x + y\n"
+    for tail in ("\ndef sub(x, y):\n    return x - y\n", "\nprint(add(1, 2))\n", "\n# a comment\n\nclass A: pass"):
+        begin, end = ct.completion_stop(prompt, body + tail, "add")
+        assert prompt + (body + tail)[:begin] == ct.completion_program(prompt, body + tail, "add") == prompt + body
+        assert (body + tail)[begin:end] in ct.STOP_SEQUENCES and end == len(body) + len((body + tail)[begin:end])
+    assert ct.completion_stop(prompt, body, "add") is None and ct.completion_stop("# task\n", "print(1)\n", None) is None
+
+
+def _bpe_tokenizer():
+    """A byte-level BPE tokenizer trained here on code, so that tokens span several characters and a stop sequence
+    may start, end or sit inside one (the char tokenizers of the other tests have one character per token)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.BPE(unk_token=None))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    corpus = [ADD["prompt"] + s for s in ADD_LIKE] * 20
+    backend.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<eos>"],
+                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>")
+
+
+ADD_LIKE = ["    return x + y\n\ndef sub(x, y):\n    return x - y\n", "    return x + y\nprint(add(1, 2))\n",
+            "    return y + x\n\n\nif __name__ == '__main__':\n    pass\n", "    return x+y\n# done\n\nclass A: pass\n"]
+
+
+def test_tokens_through_a_character_is_the_shortest_prefix_that_reaches_it():
+    tokenizer = _bpe_tokenizer()
+    for text in ADD_LIKE:
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        assert len(ids) < len(text) and tokenizer.decode(ids) == text  # multi-character tokens, decoded back exactly
+        for chars in range(len(text) + 1):  # against a scan over every prefix
+            first = next(t for t in range(len(ids) + 1) if len(tokenizer.decode(ids[:t])) >= chars)
+            assert ct.tokens_through(tokenizer, ids, chars) == first
+
+
+def test_the_code_task_trains_a_completion_only_through_its_stop_sequence():
+    """reco_mini's rollout cuts each row with Task.trim; reco_scaled cuts a Rollout with the same response_length."""
+    import torch
+
+    from reco_scaled.rollout.base import Rollout
+    from reco_scaled.task import Task as ScaledTask
+
+    task, tokenizer = TASKS["code"], _bpe_tokenizer()
+    eos = tokenizer.convert_tokens_to_ids("<eos>")
+    rows = [tokenizer(t, add_special_tokens=False).input_ids for t in ADD_LIKE] + [
+        tokenizer("    return x + y\n", add_special_tokens=False).input_ids + [eos]]
+    width = max(map(len, rows)) + 2
+    resp = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+    mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in rows])
+    cut, kept = task.trim([ADD] * len(rows), resp, mask, tokenizer)
+    texts = tokenizer.batch_decode(cut, skip_special_tokens=True)
+    for text, full, n in zip(texts, ADD_LIKE, kept.sum(-1).long().tolist()):
+        begin, end = ct.completion_stop(ADD["prompt"], full, "add")
+        assert text.startswith(full[:end]) and full[begin:end] in ct.STOP_SEQUENCES  # through the stop sequence,
+        assert len(tokenizer.decode(tokenizer(full, add_special_tokens=False).input_ids[: n - 1])) < end  # no token more
+        assert ct.completion_program(ADD["prompt"], text, "add") == ct.completion_program(ADD["prompt"], full, "add")
+    assert torch.equal(cut[-1], resp[-1]) and torch.equal(kept[-1], mask[-1])  # no stop sequence: the row is whole
+    assert torch.all(cut[kept == 0] == tokenizer.pad_token_id) and torch.all(kept <= mask)
+    chat = TASKS["code-chat"].trim([ADD], resp, mask, tokenizer)  # a chat answer ends at its EOS or turn end
+    assert chat[0] is resp and chat[1] is mask
+    # reco_scaled: the same lengths, the sampler's log-probs cut with the tokens
+    logps = [[-0.5 - j for j in range(len(r))] for r in rows]
+    ro = ScaledTask([ADD], [[0]], task).trim([0] * len(rows), Rollout([[0]] * len(rows), rows, logps), tokenizer)
+    assert [len(r) for r in ro.response_ids] == kept.sum(-1).long().tolist()
+    assert all(lp == full[: len(lp)] for lp, full in zip(ro.sampler_logprobs, logps))
+    assert all(r == full[: len(r)] for r, full in zip(ro.response_ids, rows))
+
+
 def test_the_last_fenced_python_block_is_the_program():
     two = "First:\n```python\ndef f():\n    return 1\n```\nBetter:\n```py\ndef f():\n    return 2\n```\nDone."
     assert ct.fenced_program(two) == "def f():\n    return 2\n"
