@@ -1,6 +1,6 @@
 """The findings in plain words, written from the committed results JSON, never typed: two sentences for the
-README's first screen, and one line per study (each hypothesis of the fork study) for the summary at the top of
-docs/results.md.
+README's first screen (a third once the positive-control study has finished), and one line per study (each
+hypothesis of the fork study) for the summary at the top of docs/results.md.
 
 Each sentence is chosen by a rule on a study's verdict (a 95% CI above zero, below zero, or neither; a hypothesis
 confirmed or not), so a null reads as a null: the exploratory CPU study's concentration (`results/cpu_study.json`),
@@ -107,6 +107,8 @@ ARM_WORDS = {"reco": "ReCo", "reco-positive": "ReCo with positive-only weights",
              "reco-canonical": "ReCo counting the same solution written differently as a copy",
              "reco-token": "ReCo's token term alone", "reco-token-fork-oracle": "ReCo's token term at fork tokens",
              "reco-response-canonical": "ReCo's response term alone"}
+PEER_WORDS = {"f-grpo": "F-GRPO", "pass-at-k": "Pass@k training", "zero-success": "zero-success gating", "ucpo": "UCPO",
+              "simko": "SimKO"}
 
 
 def verdict(h: dict) -> str:
@@ -142,8 +144,9 @@ def running(long: dict, fork: dict | None, control: dict | None) -> list[str]:
 
 def readme_sentences(frontier: dict, cpu: dict, long: dict, fork: dict | None = None,
                      control: dict | None = None) -> list[str]:
-    """The README's two plain sentences: whether GRPO concentrates here (the CPU study), and whether ReCo kept more
-    coverage than GRPO (the frontier study's H1, then every pre-registered comparison), with what is still partial."""
+    """The README's plain sentences: whether GRPO concentrates here (the CPU study), whether ReCo kept more coverage
+    than GRPO (the frontier study's H1, then every pre-registered comparison), with what is still partial, and the
+    positive-control study's answer once it has one."""
     k, n = str(cpu["ks"][-1]), len(cpu["study"]["seeds"])
     where = f"(exploratory, {n} seeds)"
     first = {1: f"On a tiny model learning Countdown on a CPU, GRPO solved more problems on the first try than the model "
@@ -167,7 +170,24 @@ def readme_sentences(frontier: dict, cpu: dict, long: dict, fork: dict | None = 
     partial = running(long, fork, control)
     second += (f" (**PARTIAL**: {' and '.join(partial)} {'is' if len(partial) == 1 else 'are'} still running)."
                if partial else ".")
-    return [first[cpu_study.ci_sign(cpu["paired_differences"]["base - grpo"]["pass_at_k"][k])], second]
+    return [first[cpu_study.ci_sign(cpu["paired_differences"]["base - grpo"]["pass_at_k"][k])], second,
+            *control_sentence(control)]
+
+
+def control_sentence(control: dict | None) -> list[str]:
+    """The positive-control study's answer, once it has finished (a partial one is named in the PARTIAL clause):
+    which methods kept more coverage than GRPO, or that none did, so the ReCo nulls above say little."""
+    if control is None or control["partial"]:
+        return []
+    peers = [PEER_WORDS.get(a, a) for a in control["design"]["arms_run"] if a in PEER_WORDS]
+    found = [ARM_WORDS.get(a, PEER_WORDS.get(a, a)) for a in control["positive_controls"]]
+    if found:
+        return [f"A positive control exists here: in a pre-registered study of {len(peers)} methods with published "
+                f"coverage gains and ReCo, {', '.join(found)} kept more coverage than GRPO at the same first-try "
+                "success."]
+    return [f"No tested method kept more coverage than GRPO at the same first-try success, the {len(peers)} with "
+            f"published coverage gains included ({', '.join(peers)}), so this CPU regime showed no coverage gain for "
+            "any of them and its ReCo nulls say little about the paper's claim at scale."]
 
 
 def fork_study_lines(fork: dict | None, docs: str = "docs/") -> list[str]:

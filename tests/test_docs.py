@@ -327,6 +327,12 @@ def test_readme_sentences_follow_the_verdicts_and_say_partial():
     assert "PARTIAL" not in " ".join(headline.readme_sentences(frontier, cpu, long, fork_done))
     assert "PARTIAL" in " ".join(headline.readme_sentences(frontier, cpu, long, fork_done, {"partial": True}))
     assert "PARTIAL" in " ".join(headline.readme_sentences(frontier, cpu, long, fork | {"partial": True}))
+    control = {"partial": False, "positive_controls": [], "design": {"arms_run": ["grpo", "f-grpo", "ucpo", "reco"]}}
+    none_found = headline.readme_sentences(frontier, cpu, long, fork_done, control)[-1]
+    assert "No tested method" in none_found and "(F-GRPO, UCPO)" in none_found and "say little" in none_found
+    found = headline.readme_sentences(frontier, cpu, long, fork_done, control | {"positive_controls": ["ucpo"]})[-1]
+    assert "A positive control exists here" in found and "UCPO kept more coverage" in found
+    assert len(headline.readme_sentences(frontier, cpu, long, fork_done, control | {"partial": True})) == 2
 
 
 def test_readme_findings_are_plain_words_chosen_by_rule():
