@@ -130,12 +130,17 @@ def coverage_comparisons(frontier: dict, long: dict, fork: dict | None) -> list[
     return rows
 
 
+def correction_partial(fork: dict) -> bool:
+    """Whether the fork study's lr-matched correction (issue 42) is still running."""
+    return fork.get("correction", {}).get("lr_matched", {}).get("partial", False)
+
+
 def running(long: dict, fork: dict | None, control: dict | None) -> list[str]:
     """The studies, or parts of one, still partial in the committed summaries."""
     out = ["the long-response study"] if long["partial"] else []
     if fork is not None and fork["partial"]:
         out.append("the fork study")
-    elif fork is not None and fork.get("correction", {}).get("lr_matched", {}).get("partial", False):
+    elif fork is not None and correction_partial(fork):
         out.append("the fork study's lr-matched correction")
     if control is not None and control["partial"]:
         out.append("the positive-control study")
@@ -228,7 +233,9 @@ def sources() -> tuple[list[dict], dict | None, dict | None]:
 
 def generated_from(fork: dict | None, control: dict | None, page: str) -> str:
     return (f"_Generated from `{FRONTIER}`, `{CPU}`, `{LONG}`"
-            + (f", `{FORK}`" + (" (PARTIAL: the study is partial)" if fork["partial"] else "") if fork else "")
+            + (f", `{FORK}`" + (" (PARTIAL: the study is partial)" if fork["partial"] else
+                                " (PARTIAL: its lr-matched correction is partial)" if correction_partial(fork) else "")
+               if fork else "")
             + (f", `{CONTROL}`" + (" (PARTIAL: the study is partial)" if control["partial"] else "") if control else "")
             + f" by `python experiments/headline.py --write {page}`; rerun it rather than editing._")
 

@@ -325,6 +325,10 @@ def test_readme_sentences_follow_the_verdicts_and_say_partial():
     fork_done = copy.deepcopy(fork)
     fork_done.get("correction", {}).get("lr_matched", {})["partial"] = False
     assert "PARTIAL" not in " ".join(headline.readme_sentences(frontier, cpu, long, fork_done))
+    assert "correction is partial" not in headline.generated_from(fork_done, None, "README.md")
+    fork_correcting = copy.deepcopy(fork_done)
+    fork_correcting["correction"]["lr_matched"]["partial"] = True
+    assert "correction is partial" in headline.generated_from(fork_correcting, None, "README.md")
     assert "PARTIAL" in " ".join(headline.readme_sentences(frontier, cpu, long, fork_done, {"partial": True}))
     assert "PARTIAL" in " ".join(headline.readme_sentences(frontier, cpu, long, fork | {"partial": True}))
     control = {"partial": False, "positive_controls": [], "design": {"arms_run": ["grpo", "f-grpo", "ucpo", "reco"]}}
