@@ -1,6 +1,6 @@
 """The findings in plain words, written from the committed results JSON, never typed: two sentences for the
-README's first screen (a third once the positive-control study has finished), and one line per study (each
-hypothesis of the fork study) for the summary at the top of docs/results.md.
+README's first screen (one more for each family of the positive-control study once it has finished), and one line
+per study (each hypothesis of the fork study) for the summary at the top of docs/results.md.
 
 Each sentence is chosen by a rule on a study's verdict (a 95% CI above zero, below zero, or neither; a hypothesis
 confirmed or not), so a null reads as a null: the exploratory CPU study's concentration (`results/cpu_study.json`),
@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"  # the README's two sentences
 FINDINGS_BEGIN, FINDINGS_END = "<!-- findings:begin -->", "<!-- findings:end -->"  # docs/results.md's summary
 FRONTIER, CPU, LONG = "results/frontier_study.json", "results/cpu_study.json", "results/long_study.json"
-FORK, CONTROL = "results/fork_study.json", "results/control_study.json"
-SOURCES = (FRONTIER, CPU, LONG)  # FORK and CONTROL join them once their studies have written a summary
+FORK, CONTROL, CODE = "results/fork_study.json", "results/control_study.json", "results/control_study_code.json"
+SOURCES = (FRONTIER, CPU, LONG)  # FORK, CONTROL and CODE join them once their studies have written a summary
 
 
 def interval(estimate: float, low: float, high: float) -> str:
@@ -135,7 +135,7 @@ def correction_partial(fork: dict) -> bool:
     return fork.get("correction", {}).get("lr_matched", {}).get("partial", False)
 
 
-def running(long: dict, fork: dict | None, control: dict | None) -> list[str]:
+def running(long: dict, fork: dict | None, control: dict | None, code: dict | None = None) -> list[str]:
     """The studies, or parts of one, still partial in the committed summaries."""
     out = ["the long-response study"] if long["partial"] else []
     if fork is not None and fork["partial"]:
@@ -144,11 +144,13 @@ def running(long: dict, fork: dict | None, control: dict | None) -> list[str]:
         out.append("the fork study's lr-matched correction")
     if control is not None and control["partial"]:
         out.append("the positive-control study")
+    elif code is not None and code["partial"]:
+        out.append("the positive-control study's code-tiny family")
     return out
 
 
 def readme_sentences(frontier: dict, cpu: dict, long: dict, fork: dict | None = None,
-                     control: dict | None = None) -> list[str]:
+                     control: dict | None = None, code: dict | None = None) -> list[str]:
     """The README's plain sentences: whether GRPO concentrates here (the CPU study), whether ReCo kept more coverage
     than GRPO (the frontier study's H1, then every pre-registered comparison), with what is still partial, and the
     positive-control study's answer once it has one."""
@@ -172,11 +174,11 @@ def readme_sentences(frontier: dict, cpu: dict, long: dict, fork: dict | None = 
     second = (f"ReCo {said} at the same first-try success in the pre-registered frontier study, and of the {len(rows)} "
               f"pre-registered comparisons of a form of ReCo with GRPO, {part('more', 'found more coverage')}, "
               f"{part('less', 'less')} and {part('none', 'no detectable difference')}")
-    partial = running(long, fork, control)
+    partial = running(long, fork, control, code)
     second += (f" (**PARTIAL**: {' and '.join(partial)} {'is' if len(partial) == 1 else 'are'} still running)."
                if partial else ".")
     return [first[cpu_study.ci_sign(cpu["paired_differences"]["base - grpo"]["pass_at_k"][k])], second,
-            *control_sentence(control)]
+            *control_sentence(control), *code_sentence(code)]
 
 
 def control_sentence(control: dict | None) -> list[str]:
@@ -195,6 +197,15 @@ def control_sentence(control: dict | None) -> list[str]:
             "any of them and its ReCo nulls say little about the paper's claim at scale."]
 
 
+def code_sentence(code: dict | None) -> list[str]:
+    """The positive-control study's second family (code-tiny), once it has finished."""
+    if code is None or code["partial"]:
+        return []
+    found = [ARM_WORDS.get(a, PEER_WORDS.get(a, a)) for a in code["positive_controls"]]
+    return [f"On a small code-writing task, the study's second family, {', '.join(found) or 'no tested method'} kept "
+            "more coverage than GRPO at the same first-try success."]
+
+
 def fork_study_lines(fork: dict | None, docs: str = "docs/") -> list[str]:
     """The fork study: nothing before its first summary, how far it is while it runs, then each claim by its rule,
     the detector's verdict and the stall counts."""
@@ -211,51 +222,61 @@ def fork_study_lines(fork: dict | None, docs: str = "docs/") -> list[str]:
             f"  - {fork_study.detector_lines(fork)[-1].strip()}", f"  - Stalled runs per arm: {stalls}."]
 
 
-def control_study_lines(control: dict | None, docs: str = "docs/") -> list[str]:
-    """The positive-control study: nothing before its first summary, how far it is while it runs, then its answer."""
-    if control is None:
+def control_study_lines(control: dict | None, code: dict | None = None, docs: str = "docs/") -> list[str]:
+    """The positive-control study, each family: nothing before its first summary, how far it is while it runs, then
+    its answer."""
+    if control is None and code is None:
         return []
     import control_study  # here, not at the top: importing it registers the fork arms in reco_mini
     head = (f"- **A positive control: can any method beat GRPO's coverage here?** "
             f"([docs/control_study.md]({docs}control_study.md))")
-    if control["partial"]:
-        return [f"{head}: **PARTIAL**: the study is partial ({control['compute']['runs']} of "
-                f"{control['compute']['runs_planned'] or '?'} runs in `{CONTROL}`), so no finding is drawn from it yet."]
-    return [f"{head} {control_study.claims(control)[0]}"]
+    out = []
+    for summary, path, family in ((control, CONTROL, ""), (code, CODE, ", code-tiny family")):
+        if summary is None:
+            continue
+        c = summary["compute"]
+        out.append(f"{head}{family}: **PARTIAL**: the study is partial ({c['runs']} of {c['runs_planned'] or '?'} runs "
+                   f"in `{path}`), so no finding is drawn from it yet." if summary["partial"] else
+                   f"{head}{family}: {control_study.claims(summary)[0]}")
+    return out
 
 
-def sources() -> tuple[list[dict], dict | None, dict | None]:
-    """The committed summaries render takes: SOURCES, and the fork and control studies' where they exist."""
-    fork, control = ROOT / FORK, ROOT / CONTROL
-    return ([json.loads((ROOT / path).read_text()) for path in SOURCES], json.loads(fork.read_text()) if fork.exists() else None,
-            json.loads(control.read_text()) if control.exists() else None)
+def sources() -> tuple[list[dict], dict[str, dict | None]]:
+    """The committed summaries render takes: SOURCES, and the fork and control studies' (by keyword) where they exist."""
+    optional = {"fork": ROOT / FORK, "control": ROOT / CONTROL, "code": ROOT / CODE}
+    return ([json.loads((ROOT / path).read_text()) for path in SOURCES],
+            {name: json.loads(path.read_text()) if path.exists() else None for name, path in optional.items()})
 
 
-def generated_from(fork: dict | None, control: dict | None, page: str) -> str:
+def generated_from(fork: dict | None, control: dict | None, page: str, code: dict | None = None) -> str:
+    partial = " (PARTIAL: the study is partial)"
     return (f"_Generated from `{FRONTIER}`, `{CPU}`, `{LONG}`"
-            + (f", `{FORK}`" + (" (PARTIAL: the study is partial)" if fork["partial"] else
+            + (f", `{FORK}`" + (partial if fork["partial"] else
                                 " (PARTIAL: its lr-matched correction is partial)" if correction_partial(fork) else "")
                if fork else "")
-            + (f", `{CONTROL}`" + (" (PARTIAL: the study is partial)" if control["partial"] else "") if control else "")
+            + "".join(f", `{path}`" + (partial if summary["partial"] else "")
+                      for path, summary in ((CONTROL, control), (CODE, code)) if summary)
             + f" by `python experiments/headline.py --write {page}`; rerun it rather than editing._")
 
 
-def render_readme(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None) -> str:
-    """The README's block: two plain sentences."""
-    return "\n".join([generated_from(fork, control, "README.md"), "",
-                      " ".join(readme_sentences(frontier, cpu, long, fork, control))])
+def render_readme(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None,
+                  code: dict | None = None) -> str:
+    """The README's block: two plain sentences, and the positive-control study's once it has an answer."""
+    return "\n".join([generated_from(fork, control, "README.md", code), "",
+                      " ".join(readme_sentences(frontier, cpu, long, fork, control, code))])
 
 
-def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None) -> str:
+def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None,
+           code: dict | None = None) -> str:
     """docs/results.md's summary block: one plain sentence per finding, each of the fork study's hypotheses."""
     return "\n".join([
-        generated_from(fork, control, "docs/results.md"),
+        generated_from(fork, control, "docs/results.md", code),
         "",
         f"- {concentration_sentence(cpu)}",
         *[f"- {sentence}" for sentence in frontier_sentences(frontier)],
         f"- {long_study_sentence(long)}",
         *fork_study_lines(fork, docs=""),
-        *control_study_lines(control, docs=""),
+        *control_study_lines(control, code, docs=""),
     ])
 
 
@@ -276,9 +297,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--write", type=Path, action="append", default=[],
                         help="page to fill between its markers: README.md (two sentences), docs/results.md (summary)")
     args = parser.parse_args(argv)
-    required, fork, control = sources()
-    blocks = {(BEGIN, END): render_readme(*required, fork=fork, control=control),
-              (FINDINGS_BEGIN, FINDINGS_END): render(*required, fork=fork, control=control)}
+    required, optional = sources()
+    blocks = {(BEGIN, END): render_readme(*required, **optional),
+              (FINDINGS_BEGIN, FINDINGS_END): render(*required, **optional)}
     for path in args.write:
         write(path, blocks)
     text = "\n\n".join(blocks.values())

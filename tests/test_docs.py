@@ -278,12 +278,12 @@ def test_readme_findings_are_generated_from_the_committed_results():
 
     text = README.read_text()
     block = text.split(headline.BEGIN, 1)[1].split(headline.END, 1)[0]
-    required, fork, control = headline.sources()
-    want = headline.render_readme(*required, fork=fork, control=control)
+    required, optional = headline.sources()
+    want = headline.render_readme(*required, **optional)
     assert block.strip() == want.strip(), "rerun: python experiments/headline.py --write README.md"
     results = (ROOT / "docs" / "results.md").read_text()
     summary = results.split(headline.FINDINGS_BEGIN, 1)[1].split(headline.FINDINGS_END, 1)[0]
-    want = headline.render(*required, fork=fork, control=control)
+    want = headline.render(*required, **optional)
     assert summary.strip() == want.strip(), "rerun: python experiments/headline.py --write docs/results.md"
     outside = headline.BEGIN.join([text.split(headline.BEGIN)[0], text.split(headline.END)[1]])
     # measured values are decimals: none may be typed outside the block (model names and the arXiv id are not values)
@@ -293,13 +293,21 @@ def test_readme_findings_are_generated_from_the_committed_results():
 
 def test_the_readme_first_screen_is_the_project_not_its_statistics():
     """Issue 43: the first 40 lines say what the project is, how to start and the ways to use it; the findings are
-    two sentences there, with no hypothesis labels, no test names and none of the studies' statistics."""
+    two sentences there (and one per finished family of the positive-control study), with no hypothesis labels, no test
+    names and none of the studies' statistics."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import headline
+
+    _, optional = headline.sources()
+    answers = len(headline.control_sentence(optional["control"]) + headline.code_sentence(optional["code"]))
     first = "\n".join(README.read_text().splitlines()[:40])
     assert "## Quick start" in first and "pip install -r requirements.txt" in first and "docs/results.md" in first
     assert not re.search(r"\bH[1-9]\b|Holm|\bF1\b|\btest_\w+|tests/\w", first), "statistics or test names on the first screen"
     block = first.split("<!-- headline:begin -->", 1)[1].split("<!-- headline:end -->", 1)[0]
     sentences = block.split("\n", 2)[2].strip()  # after the generated-from line
-    assert len(re.findall(r"[.!?](?:\s|$)", sentences)) == 2, sentences
+    assert len(re.findall(r"[.!?](?:\s|$)", sentences)) == 2 + answers, sentences
 
 
 def test_readme_sentences_follow_the_verdicts_and_say_partial():
@@ -337,6 +345,15 @@ def test_readme_sentences_follow_the_verdicts_and_say_partial():
     found = headline.readme_sentences(frontier, cpu, long, fork_done, control | {"positive_controls": ["ucpo"]})[-1]
     assert "A positive control exists here" in found and "UCPO kept more coverage" in found
     assert len(headline.readme_sentences(frontier, cpu, long, fork_done, control | {"partial": True})) == 2
+    code = {"partial": True, "positive_controls": [], "compute": {"runs": 0, "runs_planned": 12}}
+    waiting = headline.readme_sentences(frontier, cpu, long, fork_done, control, code)
+    assert "code-tiny family is still running" in waiting[1] and len(waiting) == 3
+    assert "control_study_code.json` (PARTIAL" in headline.generated_from(fork_done, control, "README.md", code)
+    none_on_code = headline.readme_sentences(frontier, cpu, long, fork_done, control, code | {"partial": False})
+    assert "PARTIAL" not in " ".join(none_on_code) and "no tested method kept more coverage" in none_on_code[-1]
+    simko = headline.readme_sentences(frontier, cpu, long, fork_done, control,
+                                      code | {"partial": False, "positive_controls": ["simko"]})[-1]
+    assert "code-writing task" in simko and "SimKO kept more coverage" in simko
 
 
 def test_readme_findings_are_plain_words_chosen_by_rule():
