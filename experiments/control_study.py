@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 import fork_study as fs  # noqa: E402  (its stall rule, Fisher test, selection with stalls, frontier band)
 import long_study as ls  # noqa: E402
-from analysis import divergence, finite_or_none, holm, read_jsonl, summarize  # noqa: E402
+from analysis import COLLAPSE_WINDOW, divergence, finite_or_none, holm, read_jsonl, summarize  # noqa: E402
 from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
@@ -287,7 +287,7 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
     controls = sorted({r["arm"] for r in family if r.get("confirmed")})
     versus = {}  # secondary: each ReCo arm against each positive control, both at grpo's lr and at their own
     for control in controls:
-        for a in RECO_ARMS:
+        for a in (a for a in RECO_ARMS if a != control):  # a ReCo arm may itself be a positive control
             for lr_a, lr_c in {(choices[REFERENCE], choices[REFERENCE]), (choices[a], choices[control])}:
                 x, y = fs.key(a, lr_a), fs.key(control, lr_c)
                 if x in curves and y in curves:
@@ -297,6 +297,7 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
         finals = [r["trajectory"][-1]["pass_at_k"] for r in runs if r["trajectory"]]
         per_arm[key] = {"arm": runs[0]["spec"]["arm"], "lr": runs[0]["spec"]["lr"], "seeds": sorted(stalls[key]),
                         "stalled": sum(stalls[key].values()), "stopped": sum(bool(r["stopped"]) for r in runs),
+                        "diverged": sum(bool((r["divergence"] or {}).get("diverged")) for r in runs),
                         "final_pass_at_1": summarize([f["1"] for f in finals]),
                         f"final_pass_at_{plan['k']}": summarize([f[plan["k"]] for f in finals]),
                         "trajectory": [r["trajectory"] for r in sorted(runs, key=lambda r: r["spec"]["seed"])],
@@ -327,12 +328,29 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
                    "mde": ls.minimum_detectable_effect(len(plan["confirm"]), sd, ALPHA / n_contrasts) if sd else None,
                    "budget_rule": CODE_BUDGET_RULE if not countdown else None},
         "base": base, "selection": sel, "family": family, "positive_controls": controls, "reco_vs_controls": versus,
+        "lr_effects": lr_effects(sel_results, choices, plan["k"]) if ready else {},
         "arms": per_arm, "where": where_summary(where, plan["k"]),
         "compute": {"runs": len(runs_all), "runs_planned": runs_planned,
                     "run_time_s": round(sum(r["wall_time_s"] for r in runs_all), 1), "this_invocation_wall_s": round(wall_s, 1),
                     "budget_hours": BUDGET_HOURS, "timing": timing,
                     "projected_run_hours": ((timing or {}).get("budget") or {}).get("projected_run_hours")},
     })
+
+
+def lr_effects(selection: list[dict], choices: dict, k: str) -> dict:
+    """Exploratory, added on 2026-12-05 after the partial results were seen: from the selection runs (validation, their
+    two seeds), the primary statistic of grpo at each other arm's selected lr against grpo at its own, and of each such
+    arm against grpo at the arm's lr: how much of a contrast at an arm's own lr the lr alone could give."""
+    curves: dict[tuple, dict] = {}
+    for r in selection:
+        curves.setdefault((r["spec"]["arm"], r["spec"]["lr"]), {})[r["spec"]["seed"]] = measured_curve(r["trajectory"], k)
+    ref, out = choices[REFERENCE], {}
+    pairs = [((REFERENCE, lr), (REFERENCE, ref)) for lr in sorted(set(choices.values()) - {ref})]
+    pairs += [((a, lr), (REFERENCE, lr)) for a, lr in choices.items() if a != REFERENCE and lr != ref]
+    for x, y in pairs:
+        if x in curves and y in curves:
+            out[f"{x[0]} @ {x[1]:g} - {y[0]} @ {y[1]:g}"] = compare(curves[x], curves[y])["primary"]
+    return out
 
 
 def where_summary(runs: list[dict], k: str) -> dict:
@@ -460,14 +478,23 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def confirmed_at_grpo_lr(summary: dict) -> list[str]:
+    """The positive controls with a confirmed contrast at grpo's lr: the ones whose gain is not the lr's."""
+    return sorted({r["arm"] for r in summary["family"] if r.get("confirmed") and r["lr"] == r["reference_lr"]})
+
+
 def claims(summary: dict) -> list[str]:
     """The answer to the primary question, by rule, then each contrast's reading."""
     if summary["partial"] or not summary["family"]:
         return ["The study is partial: no answer is drawn from it yet."]
     controls = summary["positive_controls"]
     if controls:
-        out = [f"**Positive control found:** {', '.join(controls)} beat grpo's frontier (Holm p < {ALPHA}); ReCo against "
-               "it is in the secondary comparison below."]
+        same = confirmed_at_grpo_lr(summary)
+        own = [a for a in controls if a not in same]
+        out = [f"**Positive control found:** {', '.join(controls)} beat grpo's frontier (Holm p < {ALPHA}). At grpo's lr, "
+               f"where the contrast does not change the lr: {', '.join(same) or 'none'}"
+               + (f"; only at its own selected lr, where the contrast also changes the lr: {', '.join(own)}" if own else "")
+               + ". ReCo against each is in the secondary comparison below."]
     else:
         out = ["**No positive control:** no tested method, peers with published coverage gains included, beat grpo's "
                f"Pass@{summary['design']['k']} frontier in this CPU regime, so its ReCo nulls say little about the "
@@ -519,13 +546,23 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
     if summary["reco_vs_controls"]:
         out.append("\nSecondary, ReCo against each positive control (primary statistic, unadjusted):\n")
         out += [f"- {name}: {fs._interval(s)} over {s['n']} seeds" for name, s in summary["reco_vs_controls"].items()]
+    if summary.get("lr_effects"):
+        out.append("\nExploratory, added after the partial results were seen: how much the lr alone moves the primary "
+                   "statistic, from the selection runs (validation split, 2 seeds each, no test; the per-seed values):\n")
+        out += [f"- {name}: mean {s['mean']:+.3f}; per seed "
+                + ", ".join(f"{seed}: {v:+.3f}" for seed, v in s["per_seed"].items() if v is not None)
+                for name, s in summary["lr_effects"].items() if s["mean"] is not None]
     if summary["arms"]:
-        out.append(f"\n| arm @ lr | runs | stalled | stopped | Fisher p vs grpo | final Pass@1 | final Pass@{k} |")
-        out.append("|---|---|---|---|---|---|---|")
+        out.append(f"\n| arm @ lr | runs | stalled | stopped | diverged | Fisher p vs grpo | final Pass@1 | final Pass@{k} |")
+        out.append("|---|---|---|---|---|---|---|---|")
         for key, v in summary["arms"].items():
             fisher = "–" if v.get("fisher_p_vs_grpo") is None else f"{v['fisher_p_vs_grpo']:.3g}"
-            out.append(f"| {key} | {len(v['seeds'])} | {v['stalled']} | {v['stopped']} | {fisher} | "
-                       f"{v['final_pass_at_1']['mean']:.3f} | {v[f'final_pass_at_{k}']['mean']:.3f} |")
+            out.append(f"| {key} | {len(v['seeds'])} | {v['stalled']} | {v['stopped']} | {v.get('diverged', '–')} | "
+                       f"{fisher} | {v['final_pass_at_1']['mean']:.3f} | {v[f'final_pass_at_{k}']['mean']:.3f} |")
+        out.append("\n_diverged_ (added after the partial results were seen, descriptive): runs that meet the selection "
+                   "rule's divergence test (a non-finite value, a reward collapse below half its best "
+                   f"{COLLAPSE_WINDOW}-step mean, or a last-{COLLAPSE_WINDOW}-step KL to the base above "
+                   f"{ls.KL_LIMIT:g}); they stay in the family, as the pre-registration says.")
     for a, w in summary["where"].items():
         val, trained = w["by_step"]["val"], w["by_step"]["trained"]
         line = ", ".join(f"{s}: {x[f'pass_at_{k}']:.3f}" for s, x in val.items())

@@ -183,18 +183,32 @@ def readme_sentences(frontier: dict, cpu: dict, long: dict, fork: dict | None = 
 
 def control_sentence(control: dict | None) -> list[str]:
     """The positive-control study's answer, once it has finished (a partial one is named in the PARTIAL clause):
-    which methods kept more coverage than GRPO, or that none did, so the ReCo nulls above say little."""
+    which methods kept more coverage than GRPO at the same lr, which only at an lr of their own (a contrast that also
+    changes the lr), and ReCo beside them; or that none did, so the ReCo nulls above say little."""
     if control is None or control["partial"]:
         return []
-    peers = [PEER_WORDS.get(a, a) for a in control["design"]["arms_run"] if a in PEER_WORDS]
-    found = [ARM_WORDS.get(a, PEER_WORDS.get(a, a)) for a in control["positive_controls"]]
-    if found:
-        return [f"A positive control exists here: in a pre-registered study of {len(peers)} methods with published "
-                f"coverage gains and ReCo, {', '.join(found)} kept more coverage than GRPO at the same first-try "
-                "success."]
-    return [f"No tested method kept more coverage than GRPO at the same first-try success, the {len(peers)} with "
-            f"published coverage gains included ({', '.join(peers)}), so this CPU regime showed no coverage gain for "
-            "any of them and its ReCo nulls say little about the paper's claim at scale."]
+    import control_study  # here, not at the top: importing it registers the fork arms in reco_mini
+
+    def words(arms: list[str]) -> str:
+        names = [ARM_WORDS.get(a, PEER_WORDS.get(a, a)) for a in arms]
+        return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+    peers = [PEER_WORDS[a] for a in control["design"]["arms_run"] if a in PEER_WORDS]
+    same = control_study.confirmed_at_grpo_lr(control)
+    own = [a for a in control["positive_controls"] if a not in same]
+    if not control["positive_controls"]:
+        return [f"No tested method kept more coverage than GRPO at the same first-try success, the {len(peers)} with "
+                f"published coverage gains included ({', '.join(peers)}), so this CPU regime showed no coverage gain for "
+                "any of them and its ReCo nulls say little about the paper's claim at scale."]
+    parts = [f"{words(same)} kept more coverage than GRPO at the same first-try success and the same learning rate"] \
+        if same else ["no tested method kept more coverage than GRPO at the same first-try success and the same learning "
+                      "rate"]
+    if own:
+        parts.append(f"{words(own)} did so only at a learning rate of {'its' if len(own) == 1 else 'their'} own, a "
+                     "contrast that changes the learning rate too")
+    if same and not set(control["positive_controls"]) & {"reco", "reco-positive"}:
+        parts.append("ReCo did not at the same learning rate")
+    return [f"In a pre-registered positive-control study of {len(peers)} methods with published coverage gains and ReCo, "
+            + "; ".join(parts) + "."]
 
 
 def code_sentence(code: dict | None) -> list[str]:

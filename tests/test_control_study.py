@@ -61,6 +61,27 @@ def test_the_answer_reads_from_the_family():
     found = cs.claims(_summary({"ucpo": 0.09, "simko": -0.08}, {"ucpo"}))
     assert found[0].startswith("**Positive control found:** ucpo") and "confirmed (Holm p < 0.05)" in found[1]
     assert cs.claims({"partial": True, "family": []}) == ["The study is partial: no answer is drawn from it yet."]
+    split = _summary({"ucpo": 0.09, "simko": 0.08}, {"ucpo", "simko"})
+    split["family"][1] |= {"name": "simko @ its selected lr", "lr": 5e-5}
+    assert cs.confirmed_at_grpo_lr(split) == ["ucpo"]
+    assert ("At grpo's lr, where the contrast does not change the lr: ucpo; only at its own selected lr, where the "
+            "contrast also changes the lr: simko." in cs.claims(split)[0])
+
+
+def test_the_lr_effects_read_the_selection_runs_at_each_selected_lr():
+    def run(arm: str, lr: float, seed: int, curve: list[tuple[float, float]]) -> dict:
+        trajectory = [{"step": 10 * (i + 1), "pass_at_k": {"1": p, "256": v}} for i, (p, v) in enumerate(curve)]
+        return {"spec": {"arm": arm, "lr": lr, "seed": seed}, "trajectory": trajectory}
+    # over Pass@1 0.1 to 0.3: grpo at 5e-5 lies 0.2 above grpo at 2e-4, f-grpo at 5e-5 0.1 above grpo at 5e-5 (by hand)
+    runs = [run("grpo", 2e-4, s, [(0.1, 0.5), (0.3, 0.3)]) for s in (40, 41)]
+    runs += [run("grpo", 5e-5, s, [(0.1, 0.7), (0.3, 0.5)]) for s in (40, 41)]
+    runs += [run("f-grpo", 5e-5, 40, [(0.1, 0.8), (0.3, 0.6)]), run("f-grpo", 5e-5, 41, [(0.1, 0.9), (0.2, 0.6)])]
+    runs += [run("ucpo", 2e-4, s, [(0.1, 0.9), (0.3, 0.9)]) for s in (40, 41)]
+    effects = cs.lr_effects(runs, {"grpo": 2e-4, "f-grpo": 5e-5, "ucpo": 2e-4}, "256")
+    assert set(effects) == {"grpo @ 5e-05 - grpo @ 0.0002", "f-grpo @ 5e-05 - grpo @ 5e-05"}  # ucpo: at grpo's lr
+    assert effects["grpo @ 5e-05 - grpo @ 0.0002"]["per_seed"] == pytest.approx({"40": 0.2, "41": 0.2})
+    # seed 41 over 0.1 to 0.2: f-grpo falls 0.9 -> 0.6, grpo 0.7 -> 0.6, so the gap falls 0.2 -> 0.0, mean 0.1
+    assert effects["f-grpo @ 5e-05 - grpo @ 5e-05"]["per_seed"] == pytest.approx({"40": 0.1, "41": 0.1})
 
 
 def test_where_summary_finds_the_half_loss_step_and_each_set_s_loss():

@@ -339,11 +339,25 @@ def test_readme_sentences_follow_the_verdicts_and_say_partial():
     assert "correction is partial" in headline.generated_from(fork_correcting, None, "README.md")
     assert "PARTIAL" in " ".join(headline.readme_sentences(frontier, cpu, long, fork_done, {"partial": True}))
     assert "PARTIAL" in " ".join(headline.readme_sentences(frontier, cpu, long, fork | {"partial": True}))
-    control = {"partial": False, "positive_controls": [], "design": {"arms_run": ["grpo", "f-grpo", "ucpo", "reco"]}}
+    control = {"partial": False, "positive_controls": [], "family": [],
+               "design": {"arms_run": ["grpo", "f-grpo", "ucpo", "reco"]}}
     none_found = headline.readme_sentences(frontier, cpu, long, fork_done, control)[-1]
     assert "No tested method" in none_found and "(F-GRPO, UCPO)" in none_found and "say little" in none_found
-    found = headline.readme_sentences(frontier, cpu, long, fork_done, control | {"positive_controls": ["ucpo"]})[-1]
-    assert "A positive control exists here" in found and "UCPO kept more coverage" in found
+
+    def confirmed(arm: str, lr: float) -> dict:  # a confirmed contrast against grpo at lr 2e-4
+        return {"arm": arm, "lr": lr, "reference_lr": 2e-4, "confirmed": True}
+    found = headline.readme_sentences(frontier, cpu, long, fork_done, control | {
+        "positive_controls": ["ucpo"], "family": [confirmed("ucpo", 2e-4), confirmed("reco", 5e-5) | {"confirmed": False}]})
+    assert ("UCPO kept more coverage than GRPO at the same first-try success and the same learning rate; ReCo did not at "
+            "the same learning rate." in found[-1] and len(found) == 3)
+    own = headline.readme_sentences(frontier, cpu, long, fork_done, control | {
+        "positive_controls": ["reco", "ucpo"], "family": [confirmed("ucpo", 2e-4), confirmed("reco", 5e-5)]})[-1]
+    assert "UCPO kept more" in own and "; ReCo did so only at a learning rate of its own" in own
+    assert "ReCo did not" not in own
+    only_own = headline.readme_sentences(frontier, cpu, long, fork_done, control | {
+        "positive_controls": ["f-grpo", "reco"], "family": [confirmed("f-grpo", 1e-4), confirmed("reco", 5e-5)]})[-1]
+    assert ("no tested method kept more coverage than GRPO at the same first-try success and the same learning rate; "
+            "F-GRPO and ReCo did so only at a learning rate of their own" in only_own)
     assert len(headline.readme_sentences(frontier, cpu, long, fork_done, control | {"partial": True})) == 2
     code = {"partial": True, "positive_controls": [], "compute": {"runs": 0, "runs_planned": 12}}
     waiting = headline.readme_sentences(frontier, cpu, long, fork_done, control, code)
