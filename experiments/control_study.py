@@ -98,6 +98,14 @@ CODE_QUICK = dict(flags=["--quick", "--sft-steps", "30", "--n-test", "8", "--pro
 CODE_BUDGET_RULE = (f"The code-tiny family runs after the countdown family has finished, and only if its projected run "
                     f"hours (--timing --family code-tiny) fit in {BUDGET_HOURS:g} h minus the countdown family's summed "
                     "run hours; otherwise it does not run, and its block says so.")
+# Amendment 2 (docs/control_study.md, written on 2026-12-05 after the partial results were seen, before any of its runs):
+# exploratory, outside the family. The selection runs showed the lr alone moving grpo's primary statistic by +0.11 to
+# +0.17, so a contrast at an arm's own lr against grpo at 2e-4 mostly measures the lr. grpo runs at each other selected
+# lr on the confirmation seeds, and each arm at its own lr is compared with grpo at the same lr, unadjusted.
+MATCHED_RULE = ("Exploratory (amendment 2, written after the partial results were seen): grpo also runs at every other "
+                "arm's selected lr, on the confirmation seeds and split; each arm at its own selected lr is compared with "
+                "grpo at that lr by the primary statistic (paired t CI, unadjusted, outside the family). It runs after "
+                f"both families, only if its projection fits in what they left of {BUDGET_HOURS:g} h.")
 FILES = {"countdown": ("control_study", "runs/control", (BEGIN, END)),
          "code-tiny": ("control_study_code", "runs/control-code", ("<!-- control-study-code:begin -->",
                                                                    "<!-- control-study-code:end -->"))}
@@ -142,6 +150,12 @@ def confirm_specs(plan: dict, choices: dict) -> list[dict]:
     lrs = {a: sorted({choices[a], choices[REFERENCE]}) for a in plan["arms"]}
     return [{"phase": "confirm", "arm": a, "lr": lr, "seed": s, "split": "test"} | tag(plan)
             for a in plan["arms"] for lr in lrs[a] for s in plan["confirm"]]
+
+
+def matched_specs(plan: dict, choices: dict) -> list[dict]:
+    """MATCHED_RULE: grpo at each other selected lr, on the confirmation seeds and split."""
+    return [{"phase": "matched", "arm": REFERENCE, "lr": lr, "seed": s, "split": "test"} | tag(plan)
+            for lr in sorted(set(choices.values()) - {choices[REFERENCE]}) for s in plan["confirm"]]
 
 
 def where_specs(plan: dict, choices: dict) -> list[dict]:
@@ -262,6 +276,7 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
     ready = len(choices) == len(plan["arms"])
     confirm = ls.load_results(confirm_specs(plan, choices), plan) if ready else []
     where = ls.load_results(where_specs(plan, choices), plan) if ready else []
+    matched = ls.load_results(matched_specs(plan, choices), plan) if ready else []
     planned = len(confirm_specs(plan, choices)) if ready else None
     complete = {"base": len(base) == 2, "select": ready, "confirm": ready and len(confirm) == planned,
                 "where": ready and len(where) == len(where_specs(plan, choices))}
@@ -329,6 +344,7 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
                    "budget_rule": CODE_BUDGET_RULE if not countdown else None},
         "base": base, "selection": sel, "family": family, "positive_controls": controls, "reco_vs_controls": versus,
         "lr_effects": lr_effects(sel_results, choices, plan["k"]) if ready else {},
+        "lr_matched": lr_matched(confirm, matched, choices, plan) if ready else None,
         "arms": per_arm, "where": where_summary(where, plan["k"]),
         "compute": {"runs": len(runs_all), "runs_planned": runs_planned,
                     "run_time_s": round(sum(r["wall_time_s"] for r in runs_all), 1), "this_invocation_wall_s": round(wall_s, 1),
@@ -351,6 +367,25 @@ def lr_effects(selection: list[dict], choices: dict, k: str) -> dict:
         if x in curves and y in curves:
             out[f"{x[0]} @ {x[1]:g} - {y[0]} @ {y[1]:g}"] = compare(curves[x], curves[y])["primary"]
     return out
+
+
+def lr_matched(confirm: list[dict], matched: list[dict], choices: dict, plan: dict) -> dict:
+    """MATCHED_RULE: each arm at its own selected lr against grpo at the same lr, and grpo at each such lr against
+    grpo at its own, on the test split (primary and final statistics); how many of its runs have finished."""
+    curves: dict[tuple, dict] = {}
+    for r in confirm + matched:
+        curves.setdefault((r["spec"]["arm"], r["spec"]["lr"]), {})[r["spec"]["seed"]] = measured_curve(r["trajectory"],
+                                                                                                      plan["k"])
+    ref, contrasts = choices[REFERENCE], {}
+    pairs = [((a, lr), (REFERENCE, lr)) for a, lr in choices.items() if a != REFERENCE and lr != ref]
+    pairs += [((REFERENCE, lr), (REFERENCE, ref)) for lr in sorted(set(choices.values()) - {ref})]
+    for x, y in pairs:
+        if x in curves and y in curves:
+            c = compare(curves[x], curves[y])
+            contrasts[f"{x[0]} @ {x[1]:g} - {y[0]} @ {y[1]:g}"] = c["primary"] | {"final": c["final"]}
+    planned = len(matched_specs(plan, choices))
+    return {"rule": MATCHED_RULE, "runs": len(matched), "runs_planned": planned, "partial": len(matched) < planned,
+            "run_time_s": round(sum(r["wall_time_s"] for r in matched), 1), "contrasts": contrasts}
 
 
 def where_summary(runs: list[dict], k: str) -> dict:
@@ -441,6 +476,11 @@ def status(plan: dict, timing: dict | None) -> dict:
         out[name] = {"done": len(specs) - len(todo), "planned": len(specs)}
         left_s += sum(run_seconds(timing, s, plan) for s in todo) if timing else 0.0
     out["projected_run_hours_left"] = left_s / 3600 if timing else None
+    if len(choices) == len(plan["arms"]):  # amendment 2, once the lrs are known; it runs only when named
+        todo = [s for s in matched_specs(plan, choices) if not (ls.run_dir(Path(plan["out"]), s) / "result.json").exists()]
+        out["matched"] = {"done": len(matched_specs(plan, choices)) - len(todo), "planned": len(matched_specs(plan, choices)),
+                          "projected_run_hours_left": sum(run_seconds(timing, s, plan) for s in todo) / 3600
+                          if timing else None}
     return out
 
 
@@ -552,6 +592,14 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
         out += [f"- {name}: mean {s['mean']:+.3f}; per seed "
                 + ", ".join(f"{seed}: {v:+.3f}" for seed, v in s["per_seed"].items() if v is not None)
                 for name, s in summary["lr_effects"].items() if s["mean"] is not None]
+    matched = summary.get("lr_matched") or {}
+    if matched.get("runs_planned"):
+        out.append("\n**Exploratory, amendment 2** (written after the partial results were seen, before its runs; outside "
+                   "the family, unadjusted): each arm at its own selected lr against grpo at the same lr, test split"
+                   + (f". **PARTIAL:** {matched['runs']} of {matched['runs_planned']} of its runs" if matched["partial"]
+                      else "") + ":\n")
+        out += [f"- {name}: {fs._interval(c)} over {c['n']} seeds; final checkpoints {fs._interval(c['final'])}"
+                for name, c in matched["contrasts"].items() if c["mean"] is not None]
     if summary["arms"]:
         out.append(f"\n| arm @ lr | runs | stalled | stopped | diverged | Fisher p vs grpo | final Pass@1 | final Pass@{k} |")
         out.append("|---|---|---|---|---|---|---|---|")
@@ -573,7 +621,9 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
     hours, projected = c["run_time_s"] / 3600, c.get("projected_run_hours")
     out.append(f"\nCompute: {c['runs']} of {c['runs_planned'] or '?'} runs, {hours:.2f} h summed over the runs' own wall "
                f"times, against a budget of {c['budget_hours']:g} h" + (f" (projected {projected:.2f} h before the runs)"
-                                                                          if projected else "") + ".")
+                                                                          if projected else "") + "."
+               + (f" Amendment 2: {matched['runs']} of {matched['runs_planned']} runs, "
+                  f"{matched['run_time_s'] / 3600:.2f} h." if matched.get("runs_planned") else ""))
     return "\n".join(out)
 
 
@@ -608,11 +658,29 @@ def code_budget_check(plan: dict, timing: dict | None, first: Path) -> str | Non
     return None
 
 
+def matched_budget_check(plan: dict, timing: dict | None, first: Path, code: Path, choices: dict) -> str | None:
+    """MATCHED_RULE's budget: why amendment 2 may not run yet, or None. `first` and `code` are the two families'
+    summaries."""
+    if timing is None:
+        return "no timing of the countdown family: run --timing first"
+    spent = 0.0
+    for path, name in ((first, "countdown"), (code, "code-tiny")):
+        if not path.exists() or json.loads(path.read_text()).get("partial", True):
+            return f"{path}: the {name} family has not finished (amendment 2 runs after both families)"
+        spent += json.loads(path.read_text())["compute"]["run_time_s"] / 3600
+    projected = sum(run_seconds(timing, s, plan) for s in matched_specs(plan, choices)) / 3600
+    if spent + projected > BUDGET_HOURS:
+        return (f"amendment 2 is projected at {projected:.2f} h, and the two families spent {spent:.2f} h of the "
+                f"{BUDGET_HOURS:g} h budget: it does not fit, so it does not run")
+    return None
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", default="countdown", choices=list(FILES),
                         help="countdown: the primary family; code-tiny: the second family (amendment 1)")
-    parser.add_argument("--phases", default="base,select,confirm,where", help="comma-separated phases to run")
+    parser.add_argument("--phases", default="base,select,confirm,where",
+                        help="comma-separated phases to run; 'matched' (amendment 2) runs only when named")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (worker processes)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
     parser.add_argument("--out", default="", help="run directory (default runs/control, runs/control-code; with --quick, "
@@ -621,6 +689,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                        "results/control_study_code.json; with --quick, in <out>)")
     parser.add_argument("--after", default="results/control_study.json",
                         help="code-tiny family: the countdown family's summary, read by its budget rule")
+    parser.add_argument("--code-summary", default="results/control_study_code.json",
+                        help="--phases matched: the code-tiny family's summary, read by amendment 2's budget rule")
     parser.add_argument("--write-docs", default="", help="markdown file to fill between the control-study markers")
     parser.add_argument("--aggregate-only", action="store_true", help="summarise the finished runs, run nothing")
     parser.add_argument("--status", action="store_true", help="print runs done / planned and the projected hours")
@@ -636,6 +706,9 @@ def main(argv: list[str] | None = None) -> dict:
     plan, start = make_plan(args), time.time()
     torch.set_num_threads(args.threads)
     reading = args.aggregate_only or args.status
+    if "matched" in args.phases.split(",") and plan["family"] != "countdown":
+        sys.exit(f"control_study.py --family {plan['family']}: --phases matched is the countdown family's amendment 2 "
+                 "(this family runs every arm at grpo's lr)")
     if plan["family"] != "countdown" and not (reading or args.timing or args.quick):
         if why := code_budget_check(plan, timing, Path(args.after)):
             sys.exit(f"control_study.py --family {plan['family']}: {why} ({CODE_BUDGET_RULE})")
@@ -671,6 +744,10 @@ def main(argv: list[str] | None = None) -> dict:
         if len(choices) == len(plan["arms"]) and base_val:
             todo = (confirm_specs(plan, choices) if "confirm" in phases else []) + (
                 where_specs(plan, choices) if "where" in phases else [])
+            if "matched" in phases:
+                if why := matched_budget_check(plan, timing, results, Path(args.code_summary), choices):
+                    sys.exit(f"control_study.py --phases matched: {why} ({MATCHED_RULE})")
+                todo += matched_specs(plan, choices)
             ran += ls.run_all(todo, plan, args.jobs, args.threads, run=_run)
     summary = aggregate(plan, time.time() - start, timing)
     summary["compute"]["runs_this_invocation"] = ran
@@ -680,7 +757,8 @@ def main(argv: list[str] | None = None) -> dict:
     results.write_text(json.dumps(summary, indent=1))
     choices = arm_lrs(plan, summary["selection"]["choices"])
     ready = len(choices) == len(plan["arms"])
-    specs = base_specs(plan) + select_specs(plan) + (confirm_specs(plan, choices) + where_specs(plan, choices) if ready else [])
+    specs = base_specs(plan) + select_specs(plan) + (
+        confirm_specs(plan, choices) + where_specs(plan, choices) + matched_specs(plan, choices) if ready else [])
     ls.write_archive(archive, plan, specs, summary["partial"], plan["base_sha256"], what=ARCHIVE_WHAT)
     png = results.with_suffix(".png")
     if summary["arms"] or summary["where"]:

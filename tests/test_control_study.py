@@ -68,20 +68,68 @@ def test_the_answer_reads_from_the_family():
             "contrast also changes the lr: simko." in cs.claims(split)[0])
 
 
+def _run(arm: str, lr: float, seed: int, curve: list[tuple[float, float]]) -> dict:
+    trajectory = [{"step": 10 * (i + 1), "pass_at_k": {"1": p, "256": v}} for i, (p, v) in enumerate(curve)]
+    return {"spec": {"arm": arm, "lr": lr, "seed": seed}, "trajectory": trajectory, "wall_time_s": 60.0}
+
+
+def _lr_runs(seeds: tuple[int, int]) -> tuple[list[dict], list[dict]]:
+    """Over Pass@1 0.1 to 0.3 (worked by hand): grpo at 5e-5 lies 0.2 above grpo at 2e-4 on each seed; f-grpo at 5e-5
+    lies 0.1 above grpo at 5e-5 on the first seed, and on the second, over 0.1 to 0.2, its gap falls from 0.2 (0.9 against
+    0.7) to 0.0 (0.6 against 0.6), a mean of 0.1. ucpo runs at grpo's lr. Returns (grpo at 5e-5, every other run)."""
+    a, b = seeds
+    at_5e5 = [_run("grpo", 5e-5, s, [(0.1, 0.7), (0.3, 0.5)]) for s in seeds]
+    others = [_run("grpo", 2e-4, s, [(0.1, 0.5), (0.3, 0.3)]) for s in seeds]
+    others += [_run("f-grpo", 5e-5, a, [(0.1, 0.8), (0.3, 0.6)]), _run("f-grpo", 5e-5, b, [(0.1, 0.9), (0.2, 0.6)])]
+    return at_5e5, others + [_run("ucpo", 2e-4, s, [(0.1, 0.9), (0.3, 0.9)]) for s in seeds]
+
+
+LR_CHOICES = {"grpo": 2e-4, "f-grpo": 5e-5, "ucpo": 2e-4}
+
+
 def test_the_lr_effects_read_the_selection_runs_at_each_selected_lr():
-    def run(arm: str, lr: float, seed: int, curve: list[tuple[float, float]]) -> dict:
-        trajectory = [{"step": 10 * (i + 1), "pass_at_k": {"1": p, "256": v}} for i, (p, v) in enumerate(curve)]
-        return {"spec": {"arm": arm, "lr": lr, "seed": seed}, "trajectory": trajectory}
-    # over Pass@1 0.1 to 0.3: grpo at 5e-5 lies 0.2 above grpo at 2e-4, f-grpo at 5e-5 0.1 above grpo at 5e-5 (by hand)
-    runs = [run("grpo", 2e-4, s, [(0.1, 0.5), (0.3, 0.3)]) for s in (40, 41)]
-    runs += [run("grpo", 5e-5, s, [(0.1, 0.7), (0.3, 0.5)]) for s in (40, 41)]
-    runs += [run("f-grpo", 5e-5, 40, [(0.1, 0.8), (0.3, 0.6)]), run("f-grpo", 5e-5, 41, [(0.1, 0.9), (0.2, 0.6)])]
-    runs += [run("ucpo", 2e-4, s, [(0.1, 0.9), (0.3, 0.9)]) for s in (40, 41)]
-    effects = cs.lr_effects(runs, {"grpo": 2e-4, "f-grpo": 5e-5, "ucpo": 2e-4}, "256")
+    at_5e5, others = _lr_runs((40, 41))
+    effects = cs.lr_effects(at_5e5 + others, LR_CHOICES, "256")
     assert set(effects) == {"grpo @ 5e-05 - grpo @ 0.0002", "f-grpo @ 5e-05 - grpo @ 5e-05"}  # ucpo: at grpo's lr
     assert effects["grpo @ 5e-05 - grpo @ 0.0002"]["per_seed"] == pytest.approx({"40": 0.2, "41": 0.2})
-    # seed 41 over 0.1 to 0.2: f-grpo falls 0.9 -> 0.6, grpo 0.7 -> 0.6, so the gap falls 0.2 -> 0.0, mean 0.1
     assert effects["f-grpo @ 5e-05 - grpo @ 5e-05"]["per_seed"] == pytest.approx({"40": 0.1, "41": 0.1})
+
+
+def test_amendment_2_runs_grpo_at_each_other_selected_lr_after_both_families(tmp_path):
+    choices = LR_CHOICES | {"reco": 5e-5, "simko": 1e-4}
+    plan = PLAN | {"steps": 120, "eval_steps": cs.EVAL_STEPS, "n_eval": 256}
+    specs = cs.matched_specs(plan, choices)
+    assert {(s["phase"], s["arm"], s["lr"], s["seed"], s["split"]) for s in specs} == {
+        ("matched", "grpo", lr, seed, "test") for lr in (5e-5, 1e-4) for seed in (500, 501)} and len(specs) == 4
+    assert cs.matched_specs(plan, {a: 2e-4 for a in choices}) == []  # every arm at grpo's lr: nothing to match
+    # the budget: 4 runs of 120 steps at 1 s and 8 evaluations at 10 s, 200 s each: 800 s in all
+    timing = {"arms": {"grpo": {"s_per_step": 1.0}}, "s_per_eval_n256": 10.0}
+    first, code = tmp_path / "first.json", tmp_path / "code.json"
+
+    def summary(path: Path, partial: bool, hours: float) -> Path:
+        path.write_text(json.dumps({"partial": partial, "compute": {"run_time_s": hours * 3600}}))
+        return path
+    assert "countdown family has not finished" in cs.matched_budget_check(plan, timing, first, code, choices)
+    summary(first, False, 10.0)
+    assert "code-tiny family has not finished" in cs.matched_budget_check(plan, timing, first, summary(code, True, 0), choices)
+    assert cs.matched_budget_check(plan, timing, first, summary(code, False, 1.0), choices) is None
+    summary(first, False, 20.0 - 1.0 - 800 / 3600 + 0.01)
+    assert "it does not fit" in cs.matched_budget_check(plan, timing, first, code, choices)
+    with pytest.raises(SystemExit, match="countdown family's amendment 2"):
+        cs.main(["--family", "code-tiny", "--phases", "matched", "--out", str(tmp_path / "r")])
+
+
+def test_amendment_2_compares_each_arm_with_grpo_at_its_own_lr():
+    at_5e5, others = _lr_runs((500, 501))
+    plan = PLAN | {"k": "256"}
+    matched = cs.lr_matched(others, at_5e5[:1], LR_CHOICES, plan)
+    assert matched["partial"] and (matched["runs"], matched["runs_planned"]) == (1, 2)  # grpo at 5e-5 on 2 seeds
+    assert matched["contrasts"]["f-grpo @ 5e-05 - grpo @ 5e-05"]["per_seed"] == pytest.approx({"500": 0.1})
+    matched = cs.lr_matched(others, at_5e5, LR_CHOICES, plan)
+    assert not matched["partial"] and matched["run_time_s"] == 120.0
+    assert set(matched["contrasts"]) == {"f-grpo @ 5e-05 - grpo @ 5e-05", "grpo @ 5e-05 - grpo @ 0.0002"}
+    assert matched["contrasts"]["grpo @ 5e-05 - grpo @ 0.0002"]["mean"] == pytest.approx(0.2)
+    assert matched["contrasts"]["f-grpo @ 5e-05 - grpo @ 5e-05"]["final"]["mean"] == pytest.approx(0.1)  # 0.6 - 0.5 on each seed
 
 
 def test_where_summary_finds_the_half_loss_step_and_each_set_s_loss():
@@ -159,6 +207,21 @@ def test_quick_study_end_to_end_resumes_and_renders(tmp_path, monkeypatch):
     assert all(v["done"] == v["planned"] for v in cs.main(args + ["--status"]).values() if isinstance(v, dict))
     block = cs.render_block(summary, "q.json", "q.png")
     assert "Answer and family" in block and "PARTIAL" not in block and "Where (grpo" in block
+    # amendment 2 runs when named, after both families: grpo at each other selected lr. The tiny selection gives every
+    # arm one lr here, so f-grpo is made to select the other one (its confirmation runs there run too)
+    code = tmp_path / "code.json"
+    code.write_text(json.dumps({"partial": False, "compute": {"run_time_s": 0.0}}))
+    timing = {"arms": {a: {"s_per_step": 0.01} for a in cs.ARMS}, "s_per_eval_n8": 0.01}
+    results.with_name("q_timing.json").write_text(json.dumps(timing))
+    other = next(lr for lr in cs.QUICK["lrs"] if lr != choices["grpo"])
+    choose = cs.choose
+    monkeypatch.setattr(cs, "choose", lambda plan, base_val: (lambda out: out | {
+        "choices": out["choices"] | {"f-grpo": other}})(choose(plan, base_val)))
+    matched = cs.main(args + ["--phases", "confirm,matched", "--code-summary", str(code)])
+    assert matched["lr_matched"]["runs"] == matched["lr_matched"]["runs_planned"] == len(cs.QUICK["confirm"])
+    assert set(matched["lr_matched"]["contrasts"]) == {f"f-grpo @ {other:g} - grpo @ {other:g}",
+                                                      f"grpo @ {other:g} - grpo @ {choices['grpo']:g}"}
+    assert "Exploratory, amendment 2" in cs.render_block(matched, "q.json", "q.png")
 
 
 @pytest.mark.parametrize("family", list(cs.FILES))
