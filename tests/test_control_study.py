@@ -95,6 +95,19 @@ def test_the_lr_effects_read_the_selection_runs_at_each_selected_lr():
     assert effects["f-grpo @ 5e-05 - grpo @ 5e-05"]["per_seed"] == pytest.approx({"40": 0.1, "41": 0.1})
 
 
+def test_reco_is_compared_with_each_positive_control_that_is_not_a_form_of_reco():
+    choices = {"grpo": 2e-4, "f-grpo": 5e-5, "reco": 5e-5, "reco-positive": 2e-4}
+    line = {seed: [(0.1, 0.5), (0.3, 0.3)] for seed in (500, 501)}
+    lower = {seed: [(0.1, 0.4), (0.3, 0.2)] for seed in (500, 501)}  # 0.1 below `line` over the whole range
+    curves = {"f-grpo@0.0002": line, "f-grpo@5e-05": line, "reco@0.0002": lower, "reco@5e-05": lower,
+              "reco-positive@0.0002": line}
+    versus = cs.reco_vs_controls(["f-grpo", "reco"], choices, curves)
+    assert set(versus) == {"reco@0.0002 - f-grpo@0.0002", "reco@5e-05 - f-grpo@5e-05", "reco-positive@0.0002 - f-grpo@0.0002",
+                           "reco-positive@0.0002 - f-grpo@5e-05"}  # reco, a positive control too, is not a reference
+    assert versus["reco@5e-05 - f-grpo@5e-05"]["per_seed"] == pytest.approx({"500": -0.1, "501": -0.1})
+    assert versus["reco-positive@0.0002 - f-grpo@5e-05"]["per_seed"] == pytest.approx({"500": 0.0, "501": 0.0})
+
+
 def test_amendment_2_runs_grpo_at_each_other_selected_lr_after_both_families(tmp_path):
     choices = LR_CHOICES | {"reco": 5e-5, "simko": 1e-4}
     plan = PLAN | {"steps": 120, "eval_steps": cs.EVAL_STEPS, "n_eval": 256}
