@@ -498,11 +498,12 @@ def plot(summary: dict, path: Path) -> None:
 
     k = summary["design"]["k"]
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5))
+    colors = plt.get_cmap("tab20")  # up to 14 arm-lr pairs: ten colors would repeat
     for i, (key, v) in enumerate(summary["arms"].items()):
         xs, mean, lo, hi = fs.frontier_band([measured_curve(t, str(k)) for t in v["trajectory"]])
         selected = v["lr"] == summary["selection"]["choices"].get(v["arm"])
-        ax.plot(xs, mean, color=f"C{i % 10}", ls="-" if selected else "--", label=f"{key} ({len(v['seeds'])} seeds)")
-        ax.fill_between(xs, lo, hi, color=f"C{i % 10}", alpha=0.1)
+        ax.plot(xs, mean, color=colors(i % 20), ls="-" if selected else "--", label=f"{key} ({len(v['seeds'])} seeds)")
+        ax.fill_between(xs, lo, hi, color=colors(i % 20), alpha=0.1)
     if summary["base"].get("test"):
         b = summary["base"]["test"]["pass_at_k"]
         ax.plot([b["1"]], [b[str(k)]], "k*", ms=10, label="base")
@@ -541,7 +542,7 @@ def claims(summary: dict) -> list[str]:
         out = [f"**Positive control found:** {', '.join(controls)} beat grpo's frontier (Holm p < {ALPHA}). At grpo's lr, "
                f"where the contrast does not change the lr: {', '.join(same) or 'none'}"
                + (f"; only at its own selected lr, where the contrast also changes the lr: {', '.join(own)}" if own else "")
-               + ". ReCo against each that is not a form of ReCo is in the secondary comparison below."]
+               + "."]
     else:
         out = ["**No positive control:** no tested method, peers with published coverage gains included, beat grpo's "
                f"Pass@{summary['design']['k']} frontier in this CPU regime, so its ReCo nulls say little about the "
@@ -604,8 +605,8 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
     if matched.get("runs_planned"):
         out.append("\n**Exploratory, amendment 2** (written after the partial results were seen, before its runs; outside "
                    "the family, unadjusted): each arm at its own selected lr against grpo at the same lr, test split"
-                   + (f". **PARTIAL:** {matched['runs']} of {matched['runs_planned']} of its runs" if matched["partial"]
-                      else "") + ":\n")
+                   + (f". **PARTIAL:** {matched['runs']} of its {matched['runs_planned']} runs have finished"
+                      if matched["partial"] else "") + (":\n" if matched["contrasts"] else "; no contrast yet."))
         out += [f"- {name}: {fs._interval(c)} over {c['n']} seeds; final checkpoints {fs._interval(c['final'])}"
                 for name, c in matched["contrasts"].items() if c["mean"] is not None]
     if summary["arms"]:
@@ -622,7 +623,8 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
     for a, w in summary["where"].items():
         val, trained = w["by_step"]["val"], w["by_step"]["trained"]
         line = ", ".join(f"{s}: {x[f'pass_at_{k}']:.3f}" for s, x in val.items())
-        out.append(f"\n**Where ({a}, {w['seeds']} seeds):** validation Pass@{k} by step {line}. Half of its loss by step "
+        out.append(f"\n**Where ({a}, {w['seeds']} seeds):** validation Pass@{k} by step {line}. "
+                   "Half of its loss (on the mean over seeds, at the first evaluated step) by step "
                    f"{w['half_of_val_loss_by_step']}. Loss from the first to the last step: held out "
                    f"{w['loss_first_to_last']['val']:.3f}, first batch (trained on) "
                    + (f"{w['loss_first_to_last']['trained']:.3f}." if trained else "–."))

@@ -135,6 +135,12 @@ def correction_partial(fork: dict) -> bool:
     return fork.get("correction", {}).get("lr_matched", {}).get("partial", False)
 
 
+def amendment_partial(control: dict) -> bool:
+    """Whether the positive-control study's amendment 2 (grpo at the other arms' lrs, exploratory) is still running."""
+    matched = control.get("lr_matched") or {}
+    return bool(matched.get("runs_planned") and matched["partial"])
+
+
 def running(long: dict, fork: dict | None, control: dict | None, code: dict | None = None) -> list[str]:
     """The studies, or parts of one, still partial in the committed summaries."""
     out = ["the long-response study"] if long["partial"] else []
@@ -146,6 +152,8 @@ def running(long: dict, fork: dict | None, control: dict | None, code: dict | No
         out.append("the positive-control study")
     elif code is not None and code["partial"]:
         out.append("the positive-control study's code-tiny family")
+    if control is not None and not control["partial"] and amendment_partial(control):
+        out.append("the positive-control study's amendment 2")
     return out
 
 
@@ -268,7 +276,8 @@ def generated_from(fork: dict | None, control: dict | None, page: str, code: dic
             + (f", `{FORK}`" + (partial if fork["partial"] else
                                 " (PARTIAL: its lr-matched correction is partial)" if correction_partial(fork) else "")
                if fork else "")
-            + "".join(f", `{path}`" + (partial if summary["partial"] else "")
+            + "".join(f", `{path}`" + (partial if summary["partial"] else " (PARTIAL: its amendment 2 is partial)"
+                                       if path == CONTROL and amendment_partial(summary) else "")
                       for path, summary in ((CONTROL, control), (CODE, code)) if summary)
             + f" by `python experiments/headline.py --write {page}`; rerun it rather than editing._")
 

@@ -244,7 +244,9 @@ def test_the_committed_block_is_the_render_of_the_committed_summary(family):
     text = (ROOT / "docs" / "results.md").read_text()
     block = text.split(begin, 1)[1].split(end, 1)[0].strip()
     assert block == cs.render_block(summary, f"results/{stem}.json", f"../results/{stem}.png").strip()
-    assert ("PARTIAL" in block or "Not run" in block) == summary["partial"]
+    assert ("PARTIAL: the study has not finished" in block or "Not run" in block) == summary["partial"]
+    matched = summary.get("lr_matched") or {}  # amendment 2 says so of its own runs
+    assert ("**PARTIAL:**" in block) == bool(matched.get("runs_planned") and matched["partial"])
     assert summary["design"].get("family", "countdown") == family  # a summary written before amendment 1 has no family
 
 

@@ -358,6 +358,12 @@ def test_readme_sentences_follow_the_verdicts_and_say_partial():
         "positive_controls": ["f-grpo", "reco"], "family": [confirmed("f-grpo", 1e-4), confirmed("reco", 5e-5)]})[-1]
     assert ("no tested method kept more coverage than GRPO at the same first-try success and the same learning rate; "
             "F-GRPO and ReCo did so only at a learning rate of their own" in only_own)
+    amending = control | {"lr_matched": {"runs": 3, "runs_planned": 24, "partial": True}}
+    assert "control_study.json` (PARTIAL: its amendment 2" in headline.generated_from(fork_done, amending, "README.md")
+    assert "amendment 2 is still running" in headline.readme_sentences(frontier, cpu, long, fork_done, amending)[1]
+    amended = amending | {"lr_matched": {"runs": 24, "runs_planned": 24, "partial": False}}
+    assert "PARTIAL" not in headline.generated_from(fork_done, amended, "README.md")
+    assert "PARTIAL" not in " ".join(headline.readme_sentences(frontier, cpu, long, fork_done, amended))
     assert len(headline.readme_sentences(frontier, cpu, long, fork_done, control | {"partial": True})) == 2
     code = {"partial": True, "positive_controls": [], "compute": {"runs": 0, "runs_planned": 12}}
     waiting = headline.readme_sentences(frontier, cpu, long, fork_done, control, code)
