@@ -95,6 +95,9 @@ CODE = dict(family="code-tiny", task_flags=["--task", "code-tiny"], steps=20, ev
 CODE_QUICK = dict(flags=["--quick", "--sft-steps", "30", "--n-test", "8", "--prompts-per-step", "4", "--hidden", "32",
                         "--layers", "1"], steps=3, lrs=(2e-4, 4e-4), select=(40,), confirm=(500, 501), k="8", n_eval=8,
                   eval_steps=(1, 3))
+CODE_FAMILY_RULE = (f"Every arm but grpo is compared with grpo, both at grpo's selected lr. These contrasts form this "
+                    f"family's own family: a one-sided paired t-test over the confirmation seeds on the primary statistic "
+                    f"(H: > 0), Holm at alpha {ALPHA} within it, and a TOST at +-{EQUIVALENCE_MARGIN}.")
 CODE_BUDGET_RULE = (f"The code-tiny family runs after the countdown family has finished, and only if its projected run "
                     f"hours (--timing --family code-tiny) fit in {BUDGET_HOURS:g} h minus the countdown family's summed "
                     "run hours; otherwise it does not run, and its block says so.")
@@ -142,7 +145,14 @@ def arm_lrs(plan: dict, chosen: dict) -> dict:
 
 def choose(plan: dict, base_val: float | None) -> dict:
     """SELECTION_RULE on the finished selection runs."""
-    return fs.selection(ls.load_results(select_specs(plan), plan), plan, base_val, selecting(plan)) | {"rule": SELECTION_RULE}
+    return fs.selection(ls.load_results(select_specs(plan), plan), plan, base_val, selecting(plan)) | {
+        "rule": in_family(SELECTION_RULE, plan)}
+
+
+def in_family(rule: str, plan: dict) -> str:
+    """A rule's text with the family's stall step, RL steps and primary k (the second family's are 10, 20 and 64)."""
+    return (rule.replace(f"step >= {fs.STALL_AFTER}", f"step >= {plan['stall_after']}")
+            .replace(f"(step {STEPS})", f"(step {plan['steps']})").replace(f"Pass@{K}", f"Pass@{plan['k']}"))
 
 
 def confirm_specs(plan: dict, choices: dict) -> list[dict]:
@@ -331,8 +341,9 @@ def aggregate(plan: dict, wall_s: float, timing: dict | None) -> dict:
                    "lrs": list(plan["lrs"]), "select_seeds": list(plan["select"]), "confirm_seeds": list(plan["confirm"]),
                    "where_seeds": list(plan["where"]), "steps": plan["steps"], "eval_steps": list(plan["eval_steps"]),
                    "where_steps": list(plan["where_steps"]), "n_eval": plan["n_eval"], "k": int(plan["k"]),
-                   "primary": PRIMARY, "eval_seed": f"{EVAL_SEED_BASE} + RL seed", "alpha": ALPHA,
-                   "equivalence_margin": EQUIVALENCE_MARGIN, "stall_rule": fs.STALL_RULE, "family_rule": FAMILY_RULE,
+                   "primary": in_family(PRIMARY, plan), "eval_seed": f"{EVAL_SEED_BASE} + RL seed", "alpha": ALPHA,
+                   "equivalence_margin": EQUIVALENCE_MARGIN, "stall_rule": in_family(fs.STALL_RULE, plan),
+                   "family_rule": CODE_FAMILY_RULE if plan.get("select_arms") else FAMILY_RULE,
                    "mde_planning_sd": sd,
                    "mde": ls.minimum_detectable_effect(len(plan["confirm"]), sd, ALPHA / n_contrasts) if sd else None,
                    "budget_rule": CODE_BUDGET_RULE if not countdown else None},

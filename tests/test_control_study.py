@@ -266,6 +266,12 @@ def test_the_code_family_selects_grpo_s_lr_alone_and_runs_every_arm_at_it():
     assert [r["name"] for r in family] == [f"{a} @ grpo's lr" for a in cs.ARMS if a != "grpo"]
     assert cs.where_specs(CODE_PLAN, choices) == []
     assert cs.arm_lrs(PLAN, {"grpo": 5e-5, "ucpo": 1e-4}) == {"grpo": 5e-5, "ucpo": 1e-4}  # the first family: unchanged
+    # the summary's rule texts name the family's own stall step, RL steps and k
+    first = PLAN | {"stall_after": 40, "steps": 120, "k": "256"}
+    stall, select = cs.in_family(cs.fs.STALL_RULE, CODE_PLAN), cs.in_family(cs.SELECTION_RULE, CODE_PLAN)
+    assert "step >= 10 " in stall and "step >= 40" not in stall and "step >= 10 " in select
+    assert "(step 20)" in select and "Pass@64" in select and "Pass@256" not in select
+    assert cs.in_family(cs.SELECTION_RULE, first) == cs.SELECTION_RULE and cs.in_family(cs.PRIMARY, first) == cs.PRIMARY
 
 
 def test_the_code_family_runs_only_after_the_first_and_within_what_it_left(tmp_path):
