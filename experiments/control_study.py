@@ -374,7 +374,8 @@ def reco_vs_controls(controls: list[str], choices: dict, curves: dict) -> dict:
 def lr_effects(selection: list[dict], choices: dict, k: str) -> dict:
     """Exploratory, added on 2026-12-05 after the partial results were seen: from the selection runs (validation, their
     two seeds), the primary statistic of grpo at each other arm's selected lr against grpo at its own, and of each such
-    arm against grpo at the arm's lr: how much of a contrast at an arm's own lr the lr alone could give."""
+    arm against grpo at the arm's lr: how much of a contrast at an arm's own lr the lr alone could give (primary and
+    final statistics; lr_matched reads the same contrasts on the test split)."""
     curves: dict[tuple, dict] = {}
     for r in selection:
         curves.setdefault((r["spec"]["arm"], r["spec"]["lr"]), {})[r["spec"]["seed"]] = measured_curve(r["trajectory"], k)
@@ -383,24 +384,15 @@ def lr_effects(selection: list[dict], choices: dict, k: str) -> dict:
     pairs += [((a, lr), (REFERENCE, lr)) for a, lr in choices.items() if a != REFERENCE and lr != ref]
     for x, y in pairs:
         if x in curves and y in curves:
-            out[f"{x[0]} @ {x[1]:g} - {y[0]} @ {y[1]:g}"] = compare(curves[x], curves[y])["primary"]
+            c = compare(curves[x], curves[y])
+            out[f"{x[0]} @ {x[1]:g} - {y[0]} @ {y[1]:g}"] = c["primary"] | {"final": c["final"]}
     return out
 
 
 def lr_matched(confirm: list[dict], matched: list[dict], choices: dict, plan: dict) -> dict:
     """MATCHED_RULE: each arm at its own selected lr against grpo at the same lr, and grpo at each such lr against
     grpo at its own, on the test split (primary and final statistics); how many of its runs have finished."""
-    curves: dict[tuple, dict] = {}
-    for r in confirm + matched:
-        curves.setdefault((r["spec"]["arm"], r["spec"]["lr"]), {})[r["spec"]["seed"]] = measured_curve(r["trajectory"],
-                                                                                                      plan["k"])
-    ref, contrasts = choices[REFERENCE], {}
-    pairs = [((a, lr), (REFERENCE, lr)) for a, lr in choices.items() if a != REFERENCE and lr != ref]
-    pairs += [((REFERENCE, lr), (REFERENCE, ref)) for lr in sorted(set(choices.values()) - {ref})]
-    for x, y in pairs:
-        if x in curves and y in curves:
-            c = compare(curves[x], curves[y])
-            contrasts[f"{x[0]} @ {x[1]:g} - {y[0]} @ {y[1]:g}"] = c["primary"] | {"final": c["final"]}
+    contrasts = lr_effects(confirm + matched, choices, plan["k"])  # the same contrasts, on the test split
     planned = len(matched_specs(plan, choices))
     return {"rule": MATCHED_RULE, "runs": len(matched), "runs_planned": planned, "partial": len(matched) < planned,
             "run_time_s": round(sum(r["wall_time_s"] for r in matched), 1), "contrasts": contrasts}
