@@ -143,6 +143,7 @@ RUN_NUMBERS = {
 # The settings with a fixed set of values that no registry holds (the registries' values: REGISTRIES).
 CHOICES = {
     "occurrence_apply": ("all", "positive"),
+    "occurrence_norm": ("group", "batch", "none"),
     "variance_norm": ("batch", "none"),
     "aggregation": ("token-mean", "seq-mean-token-mean"),
     "ucpo_score": ("mean", "sum"),
@@ -205,8 +206,8 @@ def loss_checks(cfg, occurrences: list[str], token_ratios: list[str], advantages
         choice(cfg, "advantage", advantages),
         choice(cfg, "prompt_gate", gates),
         choice(cfg, "response_weight", weights),
-        *(choice(cfg, name, CHOICES[name]) for name in ("occurrence_apply", "variance_norm", "aggregation",
-                                                        "ucpo_score", "simko_scale")),
+        *(choice(cfg, name, CHOICES[name]) for name in ("occurrence_apply", "occurrence_norm", "variance_norm",
+                                                        "aggregation", "ucpo_score", "simko_scale")),
     ]
 
 
@@ -386,8 +387,8 @@ GROUPS = {
             "gradient_checkpointing"),
     "methods": ("methods", "method", "occurrence", "token_ratio", "focal_gamma", "advantage", "prompt_gate",
                 "response_weight"),
-    "loss": ("occurrence_apply", "variance_cap", "variance_norm", "clip_low", "clip_high", "dual_clip", "kl_coef",
-             "no_std", "aggregation", "pass_k", "ucpo_tau", "ucpo_score", "simko_k", "simko_alpha", "simko_lambda",
+    "loss": ("occurrence_apply", "occurrence_norm", "variance_cap", "variance_norm", "clip_low", "clip_high", "dual_clip",
+             "kl_coef", "no_std", "aggregation", "pass_k", "ucpo_tau", "ucpo_score", "simko_k", "simko_alpha", "simko_lambda",
              "simko_quantile", "simko_scale"),
     "model and data": ("task", "model", "data", "eval_data", "n_train", "n_test", "hidden", "layers", "sft_steps",
                        "sft_batch", "sft_lr"),
@@ -637,13 +638,14 @@ class Step:
 
 
 def occurrence_inputs(seq_logprobs: Tensor, mode: str, modes: list[str], responses: list | None,
-                      lengths: Tensor | None, advantages: Tensor | None, apply: str, keys: list | None):
+                      lengths: Tensor | None, advantages: Tensor | None, apply: str, keys: list | None,
+                      norm: str = "group"):
     """reco_mini.occurrence_weights' arguments, checked (ValueError naming the one that is wrong or missing):
     the responses as P*G tuples (given as P*G lists, problem-major, or as P lists of G) or None, and the lengths
     [P, G] in float64 (from the responses when not given) or None."""
     P, G = seq_logprobs.shape
-    if mode not in modes or apply not in ("all", "positive"):
-        raise ValueError(f"unknown occurrence mode {mode!r} or apply {apply!r}")
+    if mode not in modes or apply not in CHOICES["occurrence_apply"] or norm not in CHOICES["occurrence_norm"]:
+        raise ValueError(f"unknown occurrence mode {mode!r}, apply {apply!r} or norm {norm!r}")
     if apply == "positive" and advantages is None:
         raise ValueError("apply='positive' needs advantages")
     flat = None
@@ -713,10 +715,28 @@ def step_row(step: int, rewards: Tensor, A: Tensor, w: Tensor, v_old_mean: Tenso
     row = {"step": step, "reward_mean": rewards.mean().item(),
            "pass_rate": (rewards.max(1).values > 0).float().mean().item(), "adv_abs_mean": A.abs().mean().item(),
            "w_min": w.min().item(), "w_mean": w.mean().item(), "w_max": w.max().item(),
-           "v_old_mean": float(v_old_mean), "entropy": ((entropy * mask).sum() / tokens).item()}
+           **update_shares(update_sizes(rewards, A, w)), "v_old_mean": float(v_old_mean),
+           "entropy": ((entropy * mask).sum() / tokens).item()}
     if kl_base is not None:
         row["kl_base"] = ((kl_base * mask).sum() / tokens).item()
     return row | {"response_length": mask.sum(-1).mean().item()}
+
+
+def update_sizes(rewards: Tensor, A: Tensor, w: Tensor) -> Tensor:
+    """Where a step's update goes (issue 52): sum_i |w_i A_i| (the final advantages [P*G] times every response weight
+    [P*G]) over the groups with c <= G/4 correct responses (hard), G/4 < c < 3G/4 (mid) and c >= 3G/4 (easy); rewards
+    [P, G], correct: R > 0. -> [3] float64 on A's device (reco_scaled sums it over ranks)."""
+    P, G = rewards.shape
+    c = (rewards > 0).sum(1).to(A.device)  # [P]
+    size = (w.detach().double() * A.detach().double()).abs().view(P, G).sum(1)  # [P]
+    bands = (c <= G / 4, (c > G / 4) & (c < 3 * G / 4), c >= 3 * G / 4)
+    return torch.stack([size[band].sum() for band in bands])
+
+
+def update_shares(sizes: Tensor) -> dict[str, float | None]:
+    """update_share_{hard,mid,easy}: each band's part of update_sizes' total; None when the step updates nothing."""
+    total = sizes.sum().item()
+    return {f"update_share_{k}": x / total if total > 0 else None for k, x in zip(("hard", "mid", "easy"), sizes.tolist())}
 
 
 def update_summary(stats: dict[str, list[float]]) -> dict[str, float]:

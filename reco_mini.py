@@ -3,9 +3,9 @@
 GRPO with verl's defaults: G samples per prompt, group-relative advantages, a PPO-clipped token
 surrogate, several mini-batch updates per rollout, token-mean aggregation, no KL. ReCo changes two
 terms: each response's loss is multiplied by w_i, the inverse of its expected copies in its group,
-m_i = 1 + (G - 1) pi_old(y_i|x), normalised to mean 1 in the group; and the importance ratio
-r_t = pi_theta / pi_old becomes rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)), with the
-variance V(s) = 1 - sum_v pi(v|s)^2. Departures from the paper's text (docs/design.md §5):
+m_i = 1 + (G - 1) pi_old(y_i|x), normalised to mean 1 in the group (--occurrence-norm: or batch);
+and the ratio r_t = pi_theta / pi_old becomes rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)),
+with the variance V(s) = 1 - sum_v pi(v|s)^2. Departures from the paper's text (docs/design.md §5):
 
 - V is divided by its mean over the rollout batch and capped at c_max = 10;
 - the variance ratio keeps GRPO's trust region: no gradient where GRPO's clip gives none;
@@ -53,6 +53,7 @@ class LossConfig(variants.PeerSettings):  # with the peers' settings (reco_varia
 
     occurrence: str = opt("", "response weight m_i (default: the method's)")
     occurrence_apply: str = opt("all", "weigh all responses, or those with A > 0")
+    occurrence_norm: str = opt("group", "w_i = (1/m_i) / its mean over the group, batch, or 1")
     token_ratio: str = opt("", "token term (default: the method's)")
     focal_gamma: float | None = opt(None, "F-GRPO: A *= (1-success rate)^gamma (default: method's)")
     variance_cap: float = opt(10.0, "c_max, the cap on rho = V / mean V_old")
@@ -165,15 +166,31 @@ def copies_none(lp: Tensor, lengths, responses, keys) -> Tensor:  # m_i = 1: GRP
 
 
 def occurrence_weights(
-    seq_logp, mode="sequence", responses=None, lengths=None, advantages=None, apply="all", keys=None
+    seq_logp,
+    mode="sequence",
+    responses=None,
+    lengths=None,
+    advantages=None,
+    apply="all",
+    keys=None,
+    norm="group",
+    batch_mean=None,
 ) -> Tensor:
-    """ReCo's response weights, no gradient: w_i = G (1/m_i) / sum_j (1/m_j), with m_i from
-    OCCURRENCES[mode], seq_logp [P, G] = sum_t log pi_old(y_it) and, where the mode reads them,
-    responses (P*G token ids), lengths or keys. apply="positive": w_i = 1 where advantages <= 0."""
+    """ReCo's response weights, no gradient: w_i = (1/m_i) / Z, with m_i from OCCURRENCES[mode],
+    seq_logp [P, G] = sum_t log pi_old(y_it) and, where the mode reads them, responses (P*G token
+    ids), lengths or keys. Z by norm (docs/design.md §3.2): "group", the mean of 1/m_j over y_i's
+    group (each group keeps GRPO's total weight G); "batch", over every response of the rollout
+    batch (batch_mean: that mean, when this call sees a part of the batch); "none", Z = 1.
+    apply="positive": w_i = 1 where advantages <= 0."""
     args = (seq_logp, mode, list(OCCURRENCES), responses, lengths, advantages, apply, keys)
-    flat, lengths = reco_io.occurrence_inputs(*args)  # checked; the responses as tuples
-    inv_m = 1.0 / OCCURRENCES[mode](seq_logp.detach().double(), lengths, flat, keys)
-    w = inv_m / inv_m.mean(dim=1, keepdim=True)  # [P, G]
+    flat, lengths = reco_io.occurrence_inputs(*args, norm)  # checked; the responses as tuples
+    inv_m = 1.0 / OCCURRENCES[mode](seq_logp.detach().double(), lengths, flat, keys)  # [P, G]
+    if norm == "group":
+        w = inv_m / inv_m.mean(dim=1, keepdim=True)
+    elif norm == "batch":
+        w = inv_m / (inv_m.mean() if batch_mean is None else batch_mean)
+    else:
+        w = inv_m
     if apply == "positive":
         w = torch.where(advantages > 0, w, torch.ones_like(w))
     return w.to(seq_logp.dtype)
@@ -432,8 +449,16 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None,
         responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
         canonical = loss_cfg.occurrence == "canonical"
         keys = task.canonical_keys(step_problems, G, r["texts"]) if canonical else None
-        mode, apply = loss_cfg.occurrence, loss_cfg.occurrence_apply
-        w = occurrence_weights(seq_logp, mode, responses, lengths, A.view(P, G), apply, keys)
+        w = occurrence_weights(
+            seq_logp,
+            mode=loss_cfg.occurrence,
+            responses=responses,
+            lengths=lengths,
+            advantages=A.view(P, G),
+            apply=loss_cfg.occurrence_apply,
+            keys=keys,
+            norm=loss_cfg.occurrence_norm,
+        )
         w = w * RESPONSE_WEIGHTS[loss_cfg.response_weight](rewards, seq_logp, lengths, loss_cfg)
         w = w.flatten()  # [P*G]
         # A study's hook gets the step; it returns fields to log and, under "batch", loss inputs

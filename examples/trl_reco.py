@@ -44,7 +44,8 @@ from reco_scaled.data import SYSTEM_PROMPT, TEMPLATES, DataError, build_prompt, 
 from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer  # noqa: E402
 
 TASKS = ("math", "code")
-RECO_FIELDS = ("method", "occurrence", "occurrence_apply", "token_ratio", "focal_gamma", "variance_cap", "variance_norm")
+RECO_FIELDS = ("method", "occurrence", "occurrence_apply", "occurrence_norm", "token_ratio", "focal_gamma", "variance_cap",
+               "variance_norm")
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "math_small.jsonl"
 # Every numeric flag's values (ReCo's are reco_mini.LossConfig's): a new one fails tests/test_validation.py until
 # it gets its rule here.

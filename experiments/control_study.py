@@ -173,10 +173,11 @@ def where_specs(plan: dict, choices: dict) -> list[dict]:
             for a in WHERE_ARMS for s in plan["where"]]
 
 
-def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
+def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, logged: list[str] | None = None) -> dict:
     """Train one spec with reco_mini.train_rl, evaluating through its per-step hook at the plan's steps (the hook runs
     before a step's updates: at call s the policy has had s updates), or evaluate the base. The where phase also
-    evaluates the problems of the first step's batch ("trained"). Writes result.json atomically and returns it."""
+    evaluates the problems of the first step's batch ("trained"). Writes result.json atomically and returns it.
+    Another study passes its own `arms` (arm -> method, flags) and the log fields it keeps (default: ARMS, LOGGED)."""
     path = ls.run_dir(Path(plan["out"]), spec)
     if (path / "result.json").exists():
         return json.loads((path / "result.json").read_text())
@@ -188,7 +189,7 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
         cfg = rm.parse_config([*common, "--seed", "0", "--methods", ""])
         trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], "base")}]
     else:
-        method, extra = ARMS[spec["arm"]]
+        method, extra = (arms or ARMS)[spec["arm"]]
         cfg = rm.parse_config([*common, *extra, "--method", method, "--seed", str(spec["seed"]), "--lr", str(spec["lr"]),
                                "--steps", str(plan["steps"]), "--out", str(path)])
         torch.manual_seed(spec["seed"])
@@ -217,7 +218,7 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
             stopped = str(exc.code)
         log = read_jsonl(path / "log.jsonl")
     result = {"spec": spec, "stopped": stopped, "trajectory": trajectory,
-              "logged": {name: [row.get(name) for row in log] for name in LOGGED},
+              "logged": {name: [row.get(name) for row in log] for name in logged or LOGGED},
               "divergence": divergence(log, stopped, ls.KL_LIMIT) if log else None,
               "wall_time_s": round(time.time() - start, 1), "torch_threads": torch.get_num_threads()}
     return ls.save_result(path, finite_or_none(result))

@@ -62,16 +62,28 @@ def first_reach(curve: Curve, level: float) -> float | None:
     return None
 
 
-def mean_gap(curve: Curve, ref: Curve) -> float | None:
-    """Primary statistic: the mean of first_reach(curve, p) - first_reach(ref, p) over p in the common covered range
-    (the value at the point if the range is a single point); None if the ranges do not overlap."""
+def last_reach(curve: Curve, level: float) -> float | None:
+    """Pass@k where the piecewise-linear path last reaches Pass@1 = level (the robustness reading of issue 52: a run
+    that climbs past a level and falls back is read on its way down); None outside `covered`."""
+    if not curve or level < curve[0][0] or level > max(p for p, _ in curve):
+        return None
+    for (p0, v0), (p1, v1) in zip(curve[-2::-1], curve[:0:-1]):  # the segments, last first
+        if min(p0, p1) <= level <= max(p0, p1):
+            return v1 if p1 == p0 else v0 + (level - p0) / (p1 - p0) * (v1 - v0)
+    return curve[0][1]  # a single checkpoint, at the level
+
+
+def mean_gap(curve: Curve, ref: Curve, reach=first_reach) -> float | None:
+    """Primary statistic: the mean of reach(curve, p) - reach(ref, p) over p in the common covered range (the value at
+    the point if the range is a single point); None if the ranges do not overlap. reach: first_reach (the primary)
+    or last_reach (the last-visit reading)."""
     a, b = covered(curve), covered(ref)
     if a is None or b is None or max(a[0], b[0]) > min(a[1], b[1]):
         return None
     lo, hi = max(a[0], b[0]), min(a[1], b[1])
 
     def gap(p: float) -> float:
-        return first_reach(curve, p) - first_reach(ref, p)
+        return reach(curve, p) - reach(ref, p)
     if hi == lo:
         return gap(lo)
     points = sorted({lo, hi} | {p for p, _ in curve + ref if lo < p < hi})
@@ -92,12 +104,20 @@ def final_gap(curve: Curve, ref: Curve) -> float | None:
     return curve[-1][1] - ref[-1][1] if curve and ref else None
 
 
-def compare(curves: dict[int, Curve], refs: dict[int, Curve]) -> dict:
-    """Per seed (both present) the three statistics, and over seeds: mean, t CI, one-sided p (greater than 0) and
-    the TOST p against +-EQUIVALENCE_MARGIN. Seeds where a statistic is None are left out of its test (n says)."""
+def last_visit_gap(curve: Curve, ref: Curve) -> float | None:
+    return mean_gap(curve, ref, reach=last_reach)
+
+
+STATISTICS = {"primary": mean_gap, "endpoint": endpoint_gap, "final": final_gap, "last_visit": last_visit_gap}
+
+
+def compare(curves: dict[int, Curve], refs: dict[int, Curve], statistics=("primary", "endpoint", "final")) -> dict:
+    """Per seed (both present) each of `statistics` (STATISTICS), and over seeds: mean, t CI, one-sided p (greater
+    than 0) and the TOST p against +-EQUIVALENCE_MARGIN. Seeds where a statistic is None are left out of its test
+    (n says)."""
     seeds = sorted(set(curves) & set(refs))
     out = {"seeds": seeds}
-    for name, fn in (("primary", mean_gap), ("endpoint", endpoint_gap), ("final", final_gap)):
+    for name, fn in ((name, STATISTICS[name]) for name in statistics):
         per_seed = {s: fn(curves[s], refs[s]) for s in seeds}
         values = [v for v in per_seed.values() if v is not None]
         test = paired_test(values) if len(values) >= 2 else {"n": len(values), "values": values}

@@ -9,9 +9,10 @@ not logged (docs/design.md §2 lists it; it would cost a second model and a forw
 The rollout engine sleeps during the update and is woken in the order weights -> sync -> KV cache.
 
 Distribution: each rank owns prompts_per_step / world_size whole groups, so advantages and response
-weights (reco_mini.group_advantages, reco_mini.occurrence_weights) need no communication. Two things
-are global and all-reduced: mean V_old over all response tokens (docs/design.md §3.3) and each mini-batch's
-loss normaliser (its token count, or sequence count), fixed before the micro-batch loop. Mini-batch
+weights (reco_mini.group_advantages, reco_mini.occurrence_weights) need no communication, but for
+algo.occurrence_norm batch. What is global is all-reduced: mean V_old over all response tokens (docs/design.md
+§3.3), the mean of 1/m_i over all rollouts (occurrence_norm batch) and each mini-batch's loss normaliser
+(its token count, or sequence count), fixed before the micro-batch loop. Mini-batch
 m holds the rollouts with local index i = m (mod minibatches) on every rank, which is the same set
 of rollouts at any world size; the loss is therefore independent of the world size and of the
 micro-batch size.
@@ -30,7 +31,7 @@ import torch
 from torch import Tensor
 
 import reco_log
-from reco_io import tqdm  # tqdm.auto's bar; in a log file, a line a minute at most
+from reco_io import tqdm, update_shares, update_sizes  # tqdm: in a log file, a line a minute at most
 from reco_mini import focal_scale, group_advantages, k3, occurrence_weights
 from reco_scaled import checkpoint, distributed
 from reco_scaled.config import RunConfig, batch_plan, describe, flatten
@@ -180,8 +181,8 @@ class Trainer:
             batch["v_old_mean"] = torch.tensor(1.0, device=d.device)
         focal = focal_scale(rewards, loss_cfg.focal_gamma)[:, None]  # 1 unless algo.focal_gamma (F-GRPO)
         advantages = group_advantages(rewards, scale_by_std=not loss_cfg.no_std) * focal  # [Pr, G]
-        weights = occurrence_weights((old_logp * mask).sum(-1).view(Pr, G), loss_cfg.occurrence, ro.response_ids,
-                                     mask.sum(-1).view(Pr, G), advantages, loss_cfg.occurrence_apply)
+        weights = response_weights(loss_cfg, (old_logp * mask).sum(-1).view(Pr, G), ro.response_ids,
+                                   mask.sum(-1).view(Pr, G), advantages)
         batch.update(old_logp=old_logp, v_old=v_old, advantages=advantages.flatten(), weights=weights.flatten())
         times["old_stats"], t = time.perf_counter() - t, time.perf_counter()
 
@@ -264,7 +265,7 @@ class Trainer:
                "engine_logp_abs_diff": tok[5] / n_tok}
         if self.ref is not None:
             row["kl_base"] = tok[4] / n_tok
-        return row
+        return row | update_shares(distributed.all_sum(update_sizes(rewards, A, w)))
 
     def close(self) -> None:
         close = getattr(self.engine, "close", None)
@@ -273,6 +274,17 @@ class Trainer:
 
 
 # ---------------------------------------------------------------------------------------- helpers
+
+def response_weights(loss_cfg, seq_logp: Tensor, responses: list, lengths: Tensor, advantages: Tensor) -> Tensor:
+    """reco_mini.occurrence_weights of this rank's groups [Pr, G]; under occurrence_norm batch, 1/m_i is divided by
+    its mean over every rank's rollouts (all-reduced, like V_old's), so the weights do not depend on the world size."""
+    batch_mean = None
+    if loss_cfg.occurrence_norm == "batch":
+        inv_m = occurrence_weights(seq_logp, loss_cfg.occurrence, responses, lengths, norm="none").double()
+        batch_mean = distributed.all_sum(inv_m.sum()) / distributed.all_sum(inv_m.new_tensor(float(inv_m.numel())))
+    return occurrence_weights(seq_logp, loss_cfg.occurrence, responses, lengths, advantages, loss_cfg.occurrence_apply,
+                              norm=loss_cfg.occurrence_norm, batch_mean=batch_mean)
+
 
 def accumulate_gradients(model: torch.nn.Module, cfg: RunConfig, batch: dict[str, Tensor], rows: Tensor,
                          stats: StatSums, world_size: int,

@@ -30,9 +30,18 @@ def _load(path: Path):
     return module
 
 
+SHARES = ("update_share_hard", "update_share_mid", "update_share_easy")  # logged since issue 52, after the fixtures
+
+
 def _rows(path: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if not k.startswith("time_")}
             for line in (path / "log.jsonl").read_text().splitlines()]
+
+
+def _without_shares(rows: list[dict]) -> list[dict]:
+    """The rows with issue 52's update shares taken out (they must be there); every other value and its place stay."""
+    assert all(set(SHARES) <= set(row) for row in rows)
+    return [{k: v for k, v in row.items() if k not in SHARES} for row in rows]
 
 
 @pytest.mark.slow
@@ -58,11 +67,11 @@ def test_study_rows_are_bit_identical_to_b577fbf(tmp_path, monkeypatch, argv):
         (tmp_path / name).mkdir()
         train(cfg, cfg.method_list[0], model, base, tok, problems, tmp_path / name, **({"on_step": hook} if hook else {}))
         runs[name] = (_rows(tmp_path / name), model.state_dict())
-    (old_rows, old_state), (new_rows, new_state) = runs["old"], runs["new"]
+    (old_rows, old_state), (new_rows, new_state) = runs["old"], (_without_shares(runs["new"][0]), runs["new"][1])
     assert len(old_rows) == 3 and new_rows == old_rows and list(new_rows[0]) == list(old_rows[0])  # same order too
     assert all(torch.equal(old_state[k], new_state[k]) for k in old_state)
     assert "share_fork" in old_rows[0] and all(row["adv_abs_mean"] > 0 for row in old_rows)
-    plain = runs["plain"][0]
+    plain = _without_shares(runs["plain"][0])
     assert [{k: r[k] for k in p} for r, p in zip(old_rows, plain)] == plain  # the same run, without the diagnostics
     assert not {"share_fork", "dup_exact", "w_dev_sequence"} & set(plain[0])
 
@@ -105,7 +114,7 @@ def test_fork_study_rows_are_bit_identical_to_0b4b2eb(tmp_path, monkeypatch, met
         for registry, names in zip(registries, before):
             registry.clear()
             registry.update(names)
-    (old_rows, old_state), (new_rows, new_state) = runs["old"], runs["new"]
+    (old_rows, old_state), (new_rows, new_state) = runs["old"], (_without_shares(runs["new"][0]), runs["new"][1])
     assert len(old_rows) == 3 and new_rows == old_rows and list(new_rows[0]) == list(old_rows[0])  # same order too
     assert all(torch.equal(old_state[k], new_state[k]) for k in old_state)
     assert all(row["select_share"] > 0 and row["adv_abs_mean"] > 0 for row in old_rows)  # the arm selected tokens

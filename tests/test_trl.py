@@ -160,6 +160,8 @@ CASES = [
     ({"method": "reco-token", "variance_cap": 1.2, "loss_type": "dr_grpo", "beta": 0.05,
       "use_bias_correction_kl": False}, {"variance_cap": 1.2, "kl_coef": 0.05}, {"num_tokens": P * G * MAX_LEN * ACCUM}),
     ({"method": "f-grpo", "loss_type": "dapo"}, {}, {"num_tokens": "tokens"}),
+    ({"method": "reco", "occurrence": "count", "occurrence_norm": "batch", "occurrence_apply": "positive"},
+     {"occurrence": "count", "occurrence_norm": "batch", "occurrence_apply": "positive"}, {"num_tokens": "tokens"}),
     # the ZeRO-3 path (the model's own logits, chunked over tokens; 7 does not divide the 48 tokens of a batch)
     ({"method": "reco", "occurrence": "token-mean", "token_ratio": "variance-old", "reco_stats_path": "gathered",
       "reco_stats_chunk": 7}, {"occurrence": "token-mean", "token_ratio": "variance-old"}, {"num_tokens": "tokens"}),
@@ -167,7 +169,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("settings, expected, norm", CASES, ids=["reco", "count-positive-grpo",
-                         "token-mean-variance-old-focal", "cap-kl-dr_grpo", "f-grpo", "gathered-token-mean-variance-old"])
+                         "token-mean-variance-old-focal", "cap-kl-dr_grpo", "f-grpo", "count-batch-norm-positive",
+                         "gathered-token-mean-variance-old"])
 def test_reco_equals_reco_mini(model_dir, tmp_path, settings, expected, norm):
     trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, **settings)
     model, tau = trainer.model, settings.get("temperature", 1.0)
@@ -189,7 +192,7 @@ def test_reco_equals_reco_mini(model_dir, tmp_path, settings, expected, norm):
     responses = [r[: int(n)].tolist() for r, n in zip(batch["completion_ids"], mask.sum(-1))]
     A = group_advantages(REWARDS.view(P, G)) * focal_scale(REWARDS.view(P, G), cfg.focal_gamma)[:, None]
     w = occurrence_weights((old_logp * mask).sum(-1).view(P, G), cfg.occurrence, responses, mask.sum(-1).view(P, G), A,
-                           cfg.occurrence_apply).flatten()
+                           cfg.occurrence_apply, norm=cfg.occurrence_norm).flatten()
     v_old = variance_stat(logits_old, tau)
     v_old_mean = (v_old * mask).sum() / mask.sum() if cfg.variance_norm == "batch" else torch.tensor(1.0)
     logits = response_logits(model, batch)

@@ -302,7 +302,8 @@ if verl is not None:
         if cfg.occurrence != "none":
             weights[real] = reco_mini.occurrence_weights(
                 (old_logp * mask).sum(-1)[real].view(P, G), cfg.occurrence, [r for g in GROUP_RESPONSES for r in g],
-                lengths=mask.sum(-1)[real].view(P, G), advantages=adv[real].view(P, G), apply=cfg.occurrence_apply).view(-1)
+                lengths=mask.sum(-1)[real].view(P, G), advantages=adv[real].view(P, G), apply=cfg.occurrence_apply,
+                norm=cfg.occurrence_norm).view(-1)
         v_old_mean = (v_old * mask).sum() / mask.sum() if cfg.variance_norm == "batch" else torch.tensor(1.0)
         batch = {"old_logp": old_logp, "mask": mask, "advantages": adv, "weights": weights, "v_old": v_old,
                  "v_old_mean": v_old_mean}
@@ -325,17 +326,21 @@ if verl is not None:
         assert RECO_FIELDS <= set(update_fields) and {"advantages", "old_log_probs"} <= set(update_fields)
         assert RECO_FIELDS <= set(wg.seen["data"].keys())
 
-    RECO_CASES = [(occ, ratio, "all", "batch", "token-mean") for occ in ("sequence", "token-mean", "count")
+    RECO_CASES = [(occ, ratio, "all", "batch", "token-mean", "group") for occ in ("sequence", "token-mean", "count")
                   for ratio in ("variance", "variance-old")]
-    RECO_CASES += [("sequence", "variance", "positive", "batch", "token-mean"),
-                   ("count", "variance", "all", "none", "seq-mean-token-mean"),
-                   ("none", "variance-old", "all", "batch", "seq-mean-token-mean")]
+    RECO_CASES += [("sequence", "variance", "positive", "batch", "token-mean", "group"),
+                   ("count", "variance", "all", "none", "seq-mean-token-mean", "group"),
+                   ("none", "variance-old", "all", "batch", "seq-mean-token-mean", "group"),
+                   # reco.occurrence_norm: batch (1/m_i over every real row) with positive-only weights, and none
+                   ("count", "variance", "positive", "batch", "token-mean", "batch"),
+                   ("sequence", "variance", "all", "batch", "token-mean", "none")]
 
-    @pytest.mark.parametrize("occurrence,token_ratio,apply,norm,agg", RECO_CASES)
+    @pytest.mark.parametrize("occurrence,token_ratio,apply,norm,agg,occurrence_norm", RECO_CASES)
     def test_reco_loss_equals_reco_mini_on_the_real_data_plane(base_config, data_plane, occurrence, token_ratio, apply,
-                                                                norm, agg):
+                                                                norm, agg, occurrence_norm):
         cfg = config_with(base_config, reco__occurrence=occurrence, reco__token_ratio=token_ratio,
-                          reco__occurrence_apply=apply, reco__variance_norm=norm, actor_rollout_ref__actor__loss_agg_mode=agg)
+                          reco__occurrence_apply=apply, reco__variance_norm=norm, actor_rollout_ref__actor__loss_agg_mode=agg,
+                          reco__occurrence_norm=occurrence_norm)
         trainer, metrics, rows, old_logits, new_logits = run_trainer_steps(cfg, data_plane)
         wg, loss_cfg = trainer.actor_rollout_wg, trainer.reco
         assert not plugin.terms_off(loss_cfg)

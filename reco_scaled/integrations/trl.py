@@ -112,6 +112,7 @@ class ReCoGRPOConfig(GRPOConfig):
                                                           f"token_ratio and focal_gamma: {' | '.join(METHODS)}"})
     occurrence: str = _from_loss_config("occurrence")
     occurrence_apply: str = _from_loss_config("occurrence_apply")
+    occurrence_norm: str = _from_loss_config("occurrence_norm")
     token_ratio: str = _from_loss_config("token_ratio")
     focal_gamma: float | None = _from_loss_config("focal_gamma")
     variance_cap: float = _from_loss_config("variance_cap")
@@ -138,7 +139,8 @@ class ReCoGRPOConfig(GRPOConfig):
         """reco_mini's loss settings of this run; raises ValueError naming the GRPOConfig field at fault."""
         try:
             own = LossConfig(occurrence=self.occurrence, occurrence_apply=self.occurrence_apply,
-                             token_ratio=self.token_ratio, focal_gamma=self.focal_gamma, variance_cap=self.variance_cap,
+                             occurrence_norm=self.occurrence_norm, token_ratio=self.token_ratio,
+                             focal_gamma=self.focal_gamma, variance_cap=self.variance_cap,
                              variance_norm=self.variance_norm, clip_low=self.epsilon,
                              clip_high=self.epsilon if self.epsilon_high is None else self.epsilon_high,
                              dual_clip=self.delta or 0.0, kl_coef=self.beta,
@@ -320,7 +322,8 @@ class ReCoGRPOTrainer(GRPOTrainer):
             responses = [r[: int(n)] for r, n in zip(comp, out["completion_mask"].sum(-1).tolist())]
             w = occurrence_weights(gather(seq).view(-1, G), cfg.occurrence,
                                    gather_object(responses) if cfg.occurrence == "count" else None,
-                                   gather(mask.sum(-1)).view(-1, G), gather(adv).view(-1, G), cfg.occurrence_apply)
+                                   gather(mask.sum(-1)).view(-1, G), gather(adv).view(-1, G), cfg.occurrence_apply,
+                                   norm=cfg.occurrence_norm)  # over the gathered generation batch: all processes
             w = w.flatten()
             new["reco_weights"] = w[mine]
             for k, x in (("min", w.min()), ("mean", w.mean()), ("max", w.max())):

@@ -110,6 +110,7 @@ class RecoSettings:
                                                           f"token_ratio and focal_gamma: {' | '.join(METHODS)}"})
     occurrence: str = _from_loss_config("occurrence")
     occurrence_apply: str = _from_loss_config("occurrence_apply")
+    occurrence_norm: str = _from_loss_config("occurrence_norm")
     token_ratio: str = _from_loss_config("token_ratio")
     focal_gamma: float | None = _from_loss_config("focal_gamma")
     variance_cap: float = _from_loss_config("variance_cap")
@@ -176,8 +177,9 @@ def check_config(config) -> LossConfig:
                   "dual_clip": f"{ACTOR}.clip_ratio_c", "aggregation": f"{ACTOR}.loss_agg_mode"}
     try:
         own = LossConfig(occurrence=settings.occurrence, occurrence_apply=settings.occurrence_apply,
-                         token_ratio=settings.token_ratio, focal_gamma=settings.focal_gamma,
-                         variance_cap=settings.variance_cap, variance_norm=settings.variance_norm,
+                         occurrence_norm=settings.occurrence_norm, token_ratio=settings.token_ratio,
+                         focal_gamma=settings.focal_gamma, variance_cap=settings.variance_cap,
+                         variance_norm=settings.variance_norm,
                          clip_low=_get(actor, "clip_ratio_low", clip), clip_high=_get(actor, "clip_ratio_high", clip),
                          dual_clip=actor.get("clip_ratio_c", 3.0), aggregation=actor.get("loss_agg_mode", "token-mean"))
     except ConfigError as e:
@@ -401,13 +403,21 @@ class RecoTrainer(PPOTrainerSync):
         dev = seq_lp.device  # the driver's batch (TransferQueue): the CPU today; follow it if that changes
         weights = torch.ones(len(uids), dtype=torch.float64, device=dev)
         scale = torch.ones_like(weights)
+
+        def group_weights(rows: list[int], norm: str, apply: str, batch_mean=None) -> torch.Tensor:
+            idx = torch.tensor(rows, device=dev)
+            return occurrence_weights(seq_lp[idx].view(1, -1), cfg.occurrence,
+                                      None if responses is None else [responses[r] for r in rows],
+                                      lengths=lengths[idx].view(1, -1), advantages=adv_i[idx].view(1, -1),
+                                      apply=apply, norm=norm, batch_mean=batch_mean).view(-1)
+
+        batch_mean = None  # reco.occurrence_norm batch: 1/m_i's mean over every real row of the batch
+        if cfg.occurrence != "none" and cfg.occurrence_norm == "batch":
+            batch_mean = torch.cat([group_weights(rows, "none", "all") for rows in groups.values()]).mean()
         for rows in groups.values():
             idx = torch.tensor(rows, device=dev)
             if cfg.occurrence != "none":
-                weights[idx] = occurrence_weights(seq_lp[idx].view(1, -1), cfg.occurrence,
-                                                  None if responses is None else [responses[r] for r in rows],
-                                                  lengths=lengths[idx].view(1, -1), advantages=adv_i[idx].view(1, -1),
-                                                  apply=cfg.occurrence_apply).view(-1)
+                weights[idx] = group_weights(rows, cfg.occurrence_norm, cfg.occurrence_apply, batch_mean)
             if cfg.focal_gamma > 0:
                 scale[idx] = focal_scale(rewards[idx].view(1, -1), cfg.focal_gamma).expand(len(rows))
 
