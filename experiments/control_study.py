@@ -54,7 +54,7 @@ ARMS = {  # arm -> (reco_mini method, extra flags): each a registered function a
     "grpo": ("grpo", []),
     "f-grpo": ("f-grpo", []),  # advantages x (1 - group success rate)^1 (arXiv 2602.06717)
     "pass-at-k": ("grpo", ["--advantage", "pass-at-k", "--pass-k", "4"]),  # arXiv 2508.10751, Eqs. 11-15
-    "zero-success": ("grpo", ["--prompt-gate", "zero-success"]),  # in the spirit of arXiv 2606.15455
+    "zero-success": ("grpo", ["--prompt-gate", "zero-success"]),  # a first-success gate under GRPO, not arXiv 2606.15455's
     "ucpo": ("grpo", ["--response-weight", "ucpo"]),  # arXiv 2605.00365, the authors' estimator, tau 0.2
     "simko": ("grpo", ["--token-ratio", "simko"]),  # arXiv 2510.14807, K 3, alpha 0.01, lambda 1.1, quantile 0.8
     "reco": ("reco", []),
@@ -535,6 +535,30 @@ def confirmed_at_grpo_lr(summary: dict) -> list[str]:
     return sorted({r["arm"] for r in summary["family"] if r.get("confirmed") and r["lr"] == r["reference_lr"]})
 
 
+def same_lr_reading(summary: dict) -> dict | None:
+    """Every arm against grpo at the same lr (issue 52's correction of the record), once amendment 2 has finished:
+    the family's contrast at grpo's lr and amendment 2's at the arm's own lr. `gains`: each arm confirmed at grpo's lr,
+    with its gap there and at its own lr (None where the two lrs are equal); `matched`: the arms whose every same-lr
+    interval spans zero; `worse`: those with one below zero. None while amendment 2 is unfinished."""
+    matched_lr = summary.get("lr_matched") or {}
+    if matched_lr.get("partial", True) or not matched_lr.get("runs_planned"):
+        return None
+    choices, same = summary["selection"]["choices"], confirmed_at_grpo_lr(summary)
+    at_own = {name.split(" @ ")[0]: c for name, c in matched_lr["contrasts"].items() if not name.startswith(REFERENCE)}
+    gains, matched, worse = {}, [], []
+    for a in (a for a in summary["design"]["arms_run"] if a != REFERENCE):
+        rows = [r for r in summary["family"] if r["arm"] == a and r["lr"] == r["reference_lr"]] + (
+            [at_own[a]] if a in at_own else [])
+        if a in same:
+            own = at_own.get(a)
+            gains[a] = {"at_grpo_lr": rows[0]["mean"], "own_lr": choices[a], "at_own_lr": own["mean"] if own else None}
+        elif any((r["ci_high"] or 0) < 0 for r in rows):
+            worse.append(a)
+        else:
+            matched.append(a)
+    return {"reference_lr": choices[REFERENCE], "gains": gains, "matched": matched, "worse": worse}
+
+
 def claims(summary: dict) -> list[str]:
     """The answer to the primary question, by rule, then each contrast's reading."""
     if summary["partial"] or not summary["family"]:
@@ -547,6 +571,10 @@ def claims(summary: dict) -> list[str]:
                f"where the contrast does not change the lr: {', '.join(same) or 'none'}"
                + (f"; only at its own selected lr, where the contrast also changes the lr: {', '.join(own)}" if own else "")
                + "."]
+        reading = same_lr_reading(summary)
+        if reading and reading["matched"]:
+            out[0] += (" Against grpo at the same lr (the family at grpo's lr and amendment 2 at each arm's own), grpo "
+                       f"shows no detectable difference from {', '.join(reading['matched'])} (added with issue 52).")
     else:
         out = ["**No positive control:** no tested method, peers with published coverage gains included, beat grpo's "
                f"Pass@{summary['design']['k']} frontier in this CPU regime, so its ReCo nulls say little about the "

@@ -107,8 +107,14 @@ ARM_WORDS = {"reco": "ReCo", "reco-positive": "ReCo with positive-only weights",
              "reco-canonical": "ReCo counting the same solution written differently as a copy",
              "reco-token": "ReCo's token term alone", "reco-token-fork-oracle": "ReCo's token term at fork tokens",
              "reco-response-canonical": "ReCo's response term alone"}
-PEER_WORDS = {"f-grpo": "F-GRPO", "pass-at-k": "Pass@k training", "zero-success": "zero-success gating", "ucpo": "UCPO",
-              "simko": "SimKO"}
+PEER_WORDS = {"f-grpo": "F-GRPO", "pass-at-k": "Pass@k training", "ucpo": "UCPO", "simko": "SimKO",
+              "zero-success": "the first-success gate"}  # zero-success under GRPO: not its paper's gate (issue 52)
+
+
+def lr_text(lr: float) -> str:
+    """2e-4, 5e-5, 2.5e-5: a learning rate as it is written in the docs."""
+    mantissa, exponent = f"{lr:e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
 
 
 def verdict(h: dict) -> str:
@@ -200,13 +206,36 @@ def control_sentence(control: dict | None) -> list[str]:
     def words(arms: list[str]) -> str:
         names = [ARM_WORDS.get(a, PEER_WORDS.get(a, a)) for a in arms]
         return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
-    peers = [PEER_WORDS[a] for a in control["design"]["arms_run"] if a in PEER_WORDS]
+    peers = [PEER_WORDS[a] for a in control["design"]["arms_run"] if a in PEER_WORDS and a != "zero-success"]
     same = control_study.confirmed_at_grpo_lr(control)
     own = [a for a in control["positive_controls"] if a not in same]
     if not control["positive_controls"]:
         return [f"No tested method kept more coverage than GRPO at the same first-try success, the {len(peers)} with "
                 f"published coverage gains included ({', '.join(peers)}), so this CPU regime showed no coverage gain for "
                 "any of them and its ReCo nulls say little about the paper's claim at scale."]
+    gate = " and a first-success gate" if "zero-success" in control["design"]["arms_run"] else ""
+    head = (f"In a pre-registered positive-control study (ReCo beside {len(peers)} methods with published coverage "
+            f"gains{gate}), ")
+    reading = control_study.same_lr_reading(control)
+    if reading and same:  # issue 52: where the gains were measured, and every other arm against GRPO at the same lr
+        gains = reading["gains"]
+        at = " and ".join(f"{g['at_grpo_lr']:+.3f}" for g in gains.values())
+        sentence = (f"{words(same)} kept more coverage than GRPO at the same first-try success, measured at GRPO's "
+                    f"learning rate {lr_text(reading['reference_lr'])} ({at}")
+        lower = {a: g for a, g in gains.items() if g["at_own_lr"] is not None}
+        if lower:
+            ratio = sum(g["at_own_lr"] / g["at_grpo_lr"] for g in lower.values()) / len(lower)
+            size = "about half" if 0.35 <= ratio <= 0.65 else f"{ratio:.0%} of it"
+            lrs = " and ".join(lr_text(x) for x in sorted({g["own_lr"] for g in lower.values()}))
+            own_gaps = " and ".join(f"{g['at_own_lr']:+.3f}" for g in lower.values())
+            sentence += f"; at {lrs}, against GRPO there, {size}: {own_gaps}, exploratory"
+        sentence += ")"
+        others = sorted(reading["matched"], key=lambda a: (a not in ("reco", "reco-positive"), a == "zero-success"))
+        if others:
+            sentence += f"; at the same learning rate, GRPO showed no detectable difference from {words(others)}"
+        if reading["worse"]:
+            sentence += f"; {words(reading['worse'])} did worse than GRPO at the same learning rate"
+        return [head + sentence + "."]
     parts = [f"{words(same)} kept more coverage than GRPO at the same first-try success and the same learning rate"] \
         if same else ["no tested method kept more coverage than GRPO at the same first-try success and the same learning "
                       "rate"]
@@ -215,8 +244,7 @@ def control_sentence(control: dict | None) -> list[str]:
                      "contrast that changes the learning rate too")
     if same and not set(control["positive_controls"]) & {"reco", "reco-positive"}:
         parts.append("ReCo did not at the same learning rate")
-    return [f"In a pre-registered positive-control study of {len(peers)} methods with published coverage gains and ReCo, "
-            + "; ".join(parts) + "."]
+    return [head + "; ".join(parts) + "."]
 
 
 def code_sentence(code: dict | None) -> list[str]:
@@ -257,9 +285,10 @@ def control_study_lines(control: dict | None, code: dict | None = None, docs: st
         if summary is None:
             continue
         c = summary["compute"]
+        answer = (control_sentence(summary) if path == CONTROL else []) or control_study.claims(summary)[:1]
         out.append(f"{head}{family}: **PARTIAL**: the study is partial ({c['runs']} of {c['runs_planned'] or '?'} runs "
                    f"in `{path}`), so no finding is drawn from it yet." if summary["partial"] else
-                   f"{head}{family}: {control_study.claims(summary)[0]}")
+                   f"{head}{family}: {answer[0]}")
     return out
 
 
