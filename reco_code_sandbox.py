@@ -1,22 +1,30 @@
 """reco_code_sandbox.py: the two processes behind reco_code's sandbox, apart from the trainer.
 
-reco_code.LocalSandbox starts this file twice, each time in a bubblewrap sandbox of its own (docs/code_reward.md):
+reco_code.LocalSandbox starts this file twice, each time in a bubblewrap sandbox of its own and as pid 1 of its pid
+namespace, so that its exit kills everything in it (docs/code_reward.md):
 
 - ``zygote``: the program side. It sees the Python interpreter, its shared libraries and the standard library
-  (site-packages hidden), nothing else, and has common standard modules imported. For each program it forks a
-  process that enters new user, mount, pid, network, IPC and UTS namespaces, mounts a fresh size-limited tmpfs as
-  its working directory (and as /tmp) and an empty /proc, forks the program's process (pid 1 of its own pid
-  namespace), which sets its resource limits, drops every capability, installs a seccomp filter (no new process or
-  thread, no exec, no ptrace, no mount, no namespace) and only then loads the program and answers the harness.
+  (site-packages hidden), all read-only, and has common standard modules imported. For each program it forks a
+  process that enters new user, mount, pid, network, IPC and UTS namespaces, mounts a fresh tmpfs bounded in size
+  and inodes as its working directory (and as /tmp) and an empty /proc, and forks the program's process (pid 1 of
+  its own pid namespace), which sets its resource limits, drops every capability, installs its seccomp filter (an
+  allow-list: what CPython needs to run a program's functions, no process, socket, mount, namespace or kernel
+  object its memory limit does not count) and only then loads the program and answers the harness. The zygote
+  kills a program when its run ends or at its wall-clock limit, and tells the server once its pid namespace is
+  empty.
 - ``server``: the tests side. It sees the interpreter with its site-packages (tests may import numpy), and forks
   one harness per job, which runs the job's tests against the program over a socket, or feeds a stdin/stdout
-  program its cases and compares what it prints. The harness's exit status is the verdict.
+  program its cases and compares what it prints. The harness's exit status is the verdict. The server kills a
+  harness past its bound, holds a job's slot until its program's processes are gone, and answers then.
 
-The program never shares a process with the tests: the tests reach its functions through handles, and what comes
-back is rebuilt by the harness from builtin types only (``decode``). The trainer never runs either side's code.
+Each of the two runs under its own seccomp allow-list (SYSCALLS). The program never shares a process with the
+tests: the tests reach its functions through handles, and what comes back is rebuilt by the harness from builtin
+types only (``decode``). The trainer never runs either side's code.
 """
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import sys
 
@@ -24,6 +32,7 @@ MAX_MESSAGE_BYTES = 64 << 20  # a message between the harness and the program
 MAX_OUTPUT_BYTES = 64 << 20  # what a stdin/stdout program may print for one case
 WORK = "/work"  # the program's working directory (and /tmp) in the sandbox
 MAX_DEPTH = 200  # nesting of a decoded value
+HARNESS_GRACE_S = 0.5  # past its job's bound, the server kills a harness
 ISOLATE_ERROR = "isolation setup failed"  # prefix of a zygote's report that a program's sandbox could not be made
 COMMON_MODULES = ("typing", "collections", "math", "itertools", "functools", "heapq", "bisect", "re", "string",
                   "random", "copy", "io", "decimal", "fractions", "statistics", "hashlib", "datetime", "json")
@@ -466,16 +475,17 @@ class ProgramNames(dict):
 
 def stdio_matches(output: str, expected: str) -> bool:
     """LiveCodeBench's rule (grade_stdio): both texts stripped and split into lines, each line stripped; the same
-    number of lines, and each pair equal as text or as lists of whitespace-separated Decimals."""
+    number of lines, and each pair equal as text or as lists of whitespace-separated Decimals. The output's lines are
+    read one at a time and the comparison stops at the first difference, so a program that prints millions of lines
+    costs the harness one line's memory, not a list of them."""
     from decimal import Decimal, InvalidOperation
 
-    def lines(text: str) -> list[str]:
-        return [line.strip() for line in text.strip().split("\n")]
-
-    got, want = lines(output), lines(expected)
-    if len(got) != len(want):
-        return False
-    for a, b in zip(got, want):
+    want = list(_stripped_lines(expected))
+    got = _stripped_lines(output)
+    for b in want:
+        a = next(got, None)
+        if a is None:
+            return False
         if a == b:
             continue
         try:
@@ -483,7 +493,27 @@ def stdio_matches(output: str, expected: str) -> bool:
                 return False
         except (InvalidOperation, ValueError):
             return False
-    return True
+    return next(got, None) is None
+
+
+def _stripped_lines(text: str):
+    """The lines of ``text.strip().split("\\n")``, each stripped, one at a time: the lines of `text`, each stripped,
+    without the blank ones before the first and after the last line that is not blank (and one empty line for a
+    blank text). A run of blank lines is held as a count until a line that is not blank follows it."""
+    blank, started, start = 0, False, 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line = text[start:end].strip()
+        start = end + 1
+        if not line:
+            blank += started
+            continue
+        yield from itertools.repeat("", blank)
+        blank, started = 0, True
+        yield line
+    if not started:
+        yield ""
 
 
 def harness(fd: int, program: str, tests, timeout_s: float) -> bool:
@@ -523,48 +553,188 @@ def harness(fd: int, program: str, tests, timeout_s: float) -> bool:
     return passed and not remote.broken
 
 
-# -- seccomp --------------------------------------------------------------------------------------------
+# -- seccomp: what each process may ask of the kernel -----------------------------------------------------------
+# Each list allows what its process needs and refuses the rest (EPERM, unless a rule names another errno): the
+# program's is what CPython needs to load a program and run its functions, the zygote's adds making a program's
+# sandbox, the server's adds forking harnesses and passing them sockets. Filters stack, so a program's process
+# runs under the zygote's list and its own.
 
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-# Refused with EPERM: new processes and threads, exec, tracing or reading another process, namespaces and mounts,
-# and kernel interfaces often used to attack the kernel (bpf, perf, userfaultfd, io_uring, keyrings).
-REFUSED_SYSCALLS = {
-    "x86_64": {"clone": 56, "fork": 57, "vfork": 58, "clone3": 435, "execve": 59, "execveat": 322, "ptrace": 101,
-               "process_vm_readv": 310, "process_vm_writev": 311, "unshare": 272, "setns": 308, "mount": 165,
-               "umount2": 166, "pivot_root": 155, "chroot": 161, "bpf": 321, "perf_event_open": 298,
-               "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
-               "keyctl": 250, "add_key": 248, "request_key": 249},
-    "aarch64": {"clone": 220, "clone3": 435, "execve": 221, "execveat": 281, "ptrace": 117, "process_vm_readv": 270,
-                "process_vm_writev": 271, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41,
-                "chroot": 51, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282, "io_uring_setup": 425,
-                "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 219, "add_key": 217, "request_key": 218},
+SYSCALL_NUMBERS = {  # the calls the lists name; aarch64 has none of x86-64's legacy calls (open, stat, dup2, ...)
+    "x86_64": {
+        "read": 0, "write": 1, "readv": 19, "writev": 20, "pread64": 17, "pwrite64": 18, "preadv": 295, "pwritev": 296,
+        "preadv2": 327, "pwritev2": 328, "lseek": 8, "open": 2, "openat": 257, "close": 3, "close_range": 436, "fstat": 5,
+        "stat": 4, "lstat": 6, "newfstatat": 262, "statx": 332, "access": 21, "faccessat": 269, "faccessat2": 439,
+        "readlink": 89, "readlinkat": 267, "getdents64": 217, "getcwd": 79, "chdir": 80, "fchdir": 81, "mkdir": 83,
+        "mkdirat": 258, "rmdir": 84, "unlink": 87, "unlinkat": 263, "rename": 82, "renameat": 264, "renameat2": 316,
+        "link": 86, "linkat": 265, "symlink": 88, "symlinkat": 266, "chmod": 90, "fchmod": 91, "fchmodat": 268,
+        "utimensat": 280, "utime": 132, "utimes": 235, "futimesat": 261, "truncate": 76, "ftruncate": 77, "fallocate": 285,
+        "fsync": 74, "fdatasync": 75, "statfs": 137, "fstatfs": 138, "sendfile": 40, "copy_file_range": 326, "flock": 73,
+        "dup": 32, "dup2": 33, "dup3": 292, "umask": 95, "ioctl": 16, "fcntl": 72, "select": 23, "pselect6": 270,
+        "poll": 7, "ppoll": 271, "brk": 12, "mmap": 9, "munmap": 11, "mremap": 25, "mprotect": 10, "madvise": 28,
+        "msync": 26, "clock_gettime": 228, "clock_getres": 229, "clock_nanosleep": 230, "nanosleep": 35,
+        "gettimeofday": 96, "time": 201, "setitimer": 38, "getitimer": 36, "alarm": 37, "times": 100, "getrusage": 98,
+        "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15, "rt_sigpending": 127, "rt_sigsuspend": 130,
+        "rt_sigtimedwait": 128, "sigaltstack": 131, "kill": 62, "tgkill": 234, "pause": 34, "restart_syscall": 219,
+        "getpid": 39, "getppid": 110, "gettid": 186, "getuid": 102, "geteuid": 107, "getgid": 104, "getegid": 108,
+        "getgroups": 115, "getresuid": 118, "getresgid": 120, "getpgrp": 111, "getpgid": 121, "getsid": 124, "uname": 63,
+        "sysinfo": 99, "getrandom": 318, "sched_getaffinity": 204, "sched_yield": 24, "getcpu": 309, "prlimit64": 302,
+        "getrlimit": 97, "setrlimit": 160, "capget": 125, "futex": 202, "exit": 60, "exit_group": 231, "setxattr": 188,
+        "lsetxattr": 189, "fsetxattr": 190, "getxattr": 191, "lgetxattr": 192, "fgetxattr": 193, "listxattr": 194,
+        "llistxattr": 195, "flistxattr": 196, "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "clone": 56,
+        "clone3": 435, "wait4": 61, "waitid": 247, "unshare": 272, "mount": 165, "prctl": 157, "capset": 126,
+        "setsid": 112, "pipe2": 293, "recvmsg": 47, "sendmsg": 46, "sendto": 44, "recvfrom": 45, "getsockname": 51,
+        "getpeername": 52, "getsockopt": 55, "shutdown": 48, "socketpair": 53, "set_robust_list": 273, "rseq": 334,
+        "mbind": 237, "get_mempolicy": 239,
+    },
+    "aarch64": {
+        "read": 63, "write": 64, "readv": 65, "writev": 66, "pread64": 67, "pwrite64": 68, "preadv": 69, "pwritev": 70,
+        "preadv2": 286, "pwritev2": 287, "lseek": 62, "openat": 56, "close": 57, "close_range": 436, "fstat": 80,
+        "newfstatat": 79, "statx": 291, "faccessat": 48, "faccessat2": 439, "readlinkat": 78, "getdents64": 61,
+        "getcwd": 17, "chdir": 49, "fchdir": 50, "mkdirat": 34, "unlinkat": 35, "renameat": 38, "renameat2": 276,
+        "linkat": 37, "symlinkat": 36, "fchmod": 52, "fchmodat": 53, "utimensat": 88, "truncate": 45, "ftruncate": 46,
+        "fallocate": 47, "fsync": 82, "fdatasync": 83, "statfs": 43, "fstatfs": 44, "sendfile": 71, "copy_file_range": 285,
+        "flock": 32, "dup": 23, "dup3": 24, "umask": 166, "ioctl": 29, "fcntl": 25, "pselect6": 72, "ppoll": 73,
+        "brk": 214, "mmap": 222, "munmap": 215, "mremap": 216, "mprotect": 226, "madvise": 233, "msync": 227,
+        "clock_gettime": 113, "clock_getres": 114, "clock_nanosleep": 115, "nanosleep": 101, "gettimeofday": 169,
+        "setitimer": 103, "getitimer": 102, "times": 153, "getrusage": 165, "rt_sigaction": 134, "rt_sigprocmask": 135,
+        "rt_sigreturn": 139, "rt_sigpending": 136, "rt_sigsuspend": 133, "rt_sigtimedwait": 137, "sigaltstack": 132,
+        "kill": 129, "tgkill": 131, "restart_syscall": 128, "getpid": 172, "getppid": 173, "gettid": 178, "getuid": 174,
+        "geteuid": 175, "getgid": 176, "getegid": 177, "getgroups": 158, "getresuid": 148, "getresgid": 150,
+        "getpgid": 155, "getsid": 156, "uname": 160, "sysinfo": 179, "getrandom": 278, "sched_getaffinity": 123,
+        "sched_yield": 124, "getcpu": 168, "prlimit64": 261, "getrlimit": 163, "setrlimit": 164, "capget": 90, "futex": 98,
+        "exit": 93, "exit_group": 94, "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "getxattr": 8, "lgetxattr": 9,
+        "fgetxattr": 10, "listxattr": 11, "llistxattr": 12, "flistxattr": 13, "removexattr": 14, "lremovexattr": 15,
+        "fremovexattr": 16, "clone": 220, "clone3": 435, "wait4": 260, "waitid": 95, "unshare": 97, "mount": 40,
+        "prctl": 167, "capset": 91, "setsid": 157, "pipe2": 59, "recvmsg": 212, "sendmsg": 211, "sendto": 206,
+        "recvfrom": 207, "getsockname": 204, "getpeername": 205, "getsockopt": 209, "shutdown": 210, "socketpair": 199,
+        "set_robust_list": 99, "rseq": 293, "mbind": 235, "get_mempolicy": 236,
+    },
 }
+EPERM, ENOSYS, EOPNOTSUPP = 1, 38, 95
+TCGETS, TIOCGWINSZ, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX = 0x5401, 0x5413, 0x541B, 0x5421, 0x5450, 0x5451
+F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC = 0, 1, 2, 3, 4, 1030
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP = 0x10000000, 0x20000000, 0x40000000, 0x02000000
+NAMESPACES = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP
+FORK = 0x01200000 | 0xFF  # what fork() passes clone: CLONE_CHILD_SETTID, CLONE_CHILD_CLEARTID and the exit signal
+PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 1, 22, 38, 2
+AF_UNIX = 1
 
 
-def seccomp_filter(machine: str) -> bytes:
-    """The classic-BPF program (struct sock_filter[]) the program's process installs: another architecture's
-    system calls kill it, x86-64's x32 calls and REFUSED_SYSCALLS fail with EPERM, the rest are allowed."""
+def _allow(names: str) -> dict[str, tuple]:
+    return dict.fromkeys(names.split(), ("allow",))
+
+
+def _refuse(names: str, errno: int) -> dict[str, tuple]:
+    """Refused with `errno`: ENOSYS where glibc then falls back to an older call, EOPNOTSUPP where Python then
+    treats a feature as absent (shutil's copy of extended attributes)."""
+    return dict.fromkeys(names.split(), ("errno", errno))
+
+
+def _only(arg: int, *values: int) -> tuple:
+    """Allowed when argument `arg` (its low 32 bits: an ioctl's or fcntl's command, a prctl option) is one of
+    `values`."""
+    return ("only", arg, values)
+
+
+def _none_of(arg: int, mask: int) -> tuple:
+    """Allowed when argument `arg` (its low 32 bits, all clone() reads of its flags) has none of `mask`'s bits."""
+    return ("none_of", arg, mask)
+
+
+PROGRAM_SYSCALLS = {
+    # memory: mapped memory counts in RLIMIT_AS
+    **_allow("brk mmap munmap mremap mprotect madvise msync"),
+    # files: the only writable ones are in its own /work, bounded in size and inodes
+    **_allow("read write readv writev pread64 pwrite64 preadv pwritev preadv2 pwritev2 lseek open openat close "
+             "close_range fstat stat lstat newfstatat statx access faccessat faccessat2 readlink readlinkat getdents64 "
+             "getcwd chdir fchdir mkdir mkdirat rmdir unlink unlinkat rename renameat renameat2 link linkat symlink "
+             "symlinkat chmod fchmod fchmodat utimensat utime utimes futimesat truncate ftruncate fallocate fsync "
+             "fdatasync statfs fstatfs sendfile copy_file_range flock dup dup2 dup3 umask select pselect6 poll ppoll"),
+    "ioctl": _only(1, TCGETS, TIOCGWINSZ, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX),  # isatty, close-on-exec, blocking
+    "fcntl": _only(1, F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC),  # no locks, leases or pipe sizes
+    **_refuse("setxattr lsetxattr fsetxattr getxattr lgetxattr fgetxattr listxattr llistxattr flistxattr removexattr "
+              "lremovexattr fremovexattr", EOPNOTSUPP),
+    # time, and signals within its own pid namespace (queued ones bounded by RLIMIT_SIGPENDING)
+    **_allow("clock_gettime clock_getres clock_nanosleep nanosleep gettimeofday time setitimer getitimer alarm times "
+             "getrusage rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigsuspend rt_sigtimedwait sigaltstack "
+             "kill tgkill pause restart_syscall"),
+    # itself
+    **_allow("getpid getppid gettid getuid geteuid getgid getegid getgroups getresuid getresgid getpgrp getpgid getsid "
+             "uname sysinfo getrandom sched_getaffinity sched_yield getcpu prlimit64 getrlimit setrlimit capget futex "
+             "exit exit_group"),
+    **_refuse("clone3", ENOSYS),  # glibc then tries clone, which each list rules on
+}
+ZYGOTE_SYSCALLS = {
+    **PROGRAM_SYSCALLS,
+    # a program's sandbox: namespaces, mounts, its uid map, capabilities, limits and filter; forking and reaping it
+    **_allow("unshare mount capset setsid wait4 waitid pipe2 set_robust_list"),
+    "clone": _none_of(0, 0xFFFFFFFF & ~FORK),
+    "prctl": _only(0, PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS),
+    # the server's socket: jobs and their programs' sockets
+    **_allow("recvmsg sendmsg sendto recvfrom getsockname getpeername getsockopt"),
+}
+SERVER_SYSCALLS = {
+    **PROGRAM_SYSCALLS,
+    # forking harnesses (and threads, which a dataset's tests may start) and reaping them; no namespaces
+    **_allow("wait4 waitid pipe2 set_robust_list rseq mbind get_mempolicy"),
+    "clone": _none_of(0, NAMESPACES),
+    # a socket pair per job, one end passed to the zygote
+    "socketpair": _only(0, AF_UNIX),
+    **_allow("recvmsg sendmsg sendto recvfrom getsockname getpeername getsockopt shutdown"),
+}
+SYSCALLS = {"program": PROGRAM_SYSCALLS, "zygote": ZYGOTE_SYSCALLS, "server": SERVER_SYSCALLS}
+
+
+def seccomp_filter(machine: str, role: str = "program") -> bytes:
+    """The classic-BPF program (struct sock_filter[]) that `role` ("program", "zygote" or "server") installs: another
+    architecture's system calls kill the process, x86-64's x32 calls and every call its list does not name fail
+    with EPERM, and each call it names is allowed, refused with its errno, or allowed for the arguments its rule
+    names. The calls are found by a binary search on their numbers: a few comparisons per call, whatever the list's
+    length (and the kernel's per-filter cache of always-allowed calls is built as fast)."""
     if machine not in AUDIT_ARCH:
         raise RuntimeError(f"no seccomp filter for the {machine} architecture (x86_64 and aarch64 have one)")
     import struct
 
-    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    kill, allow, eperm = 0x80000000, 0x7FFF0000, 0x00050000 | 1
-    refused = sorted(REFUSED_SYSCALLS[machine].values())
-    checks = [(jge, 0x40000000)] * (machine == "x86_64") + [(jeq, nr) for nr in refused]
+    load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    kill, allow, refuse = 0x80000000, 0x7FFF0000, 0x00050000
+
+    def block(rule: tuple) -> list[tuple]:
+        """What runs once the call's number matched; it ends in a return."""
+        if rule[0] == "allow":
+            return [(ret, 0, 0, allow)]
+        if rule[0] == "errno":
+            return [(ret, 0, 0, refuse | rule[1])]
+        argument = (load, 0, 0, 16 + 8 * rule[1])  # struct seccomp_data: args[i] at 16 + 8 i, low half first
+        if rule[0] == "only":
+            return [argument, *[i for v in rule[2] for i in ((jeq, 0, 1, v), (ret, 0, 0, allow))], (ret, 0, 0, refuse | EPERM)]
+        return [argument, (jset, 0, 1, rule[2]), (ret, 0, 0, refuse | EPERM), (ret, 0, 0, allow)]
+
+    def search(entries: list[tuple[int, list]]) -> list[tuple]:
+        """The blocks of `entries` (sorted by number) behind a binary search; a number not among them is refused."""
+        if len(entries) <= 4:
+            return [i for number, code in entries for i in ((jeq, 0, len(code), number), *code)] + [(ret, 0, 0, refuse | EPERM)]
+        middle = len(entries) // 2
+        below, above = search(entries[:middle]), search(entries[middle:])
+        return [(jge, len(below), 0, entries[middle][0]), *below, *above]
+
+    numbers = SYSCALL_NUMBERS[machine]
     program = [(load, 0, 0, 4), (jeq, 1, 0, AUDIT_ARCH[machine]), (ret, 0, 0, kill), (load, 0, 0, 0)]
-    for k, (op, value) in enumerate(checks):
-        program.append((op, len(checks) - k, 0, value))  # to the EPERM return, past the allow return
-    program += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    if machine == "x86_64":
+        program += [(jge, 0, 1, 0x40000000), (ret, 0, 0, refuse | EPERM)]  # the x32 ABI's numbers
+    program += search(sorted((numbers[name], block(rule)) for name, rule in SYSCALLS[role].items() if name in numbers))
+    if max(max(jt, jf) for _, jt, jf, _ in program) > 255:
+        raise RuntimeError(f"the {role} seccomp filter needs a jump longer than 255 instructions")
     return b"".join(struct.pack("HBBI", *instruction) for instruction in program)
 
 
 # -- the zygote (program side) ---------------------------------------------------------------------------
 
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x1000, 0x4000, 0x40000
-PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 1, 22, 38, 2
+WORK_INODES = 4096  # files and directories a program may make in /work: bounds the kernel memory they take
+MAX_FILES = 64  # a program's open file descriptors
+MAX_PENDING_SIGNALS = 32  # signals queued to it (RLIMIT_SIGPENDING, counted in its own user namespace)
 
 
 class _Kernel:
@@ -623,18 +793,26 @@ def _close_all_but(keep: set[int]) -> None:
             low = fd + 1
 
 
-def _program_process(kernel: _Kernel, control, channel: int, job: tuple, seccomp: bytes | None) -> None:
-    """The forked child for one program: make its sandbox, fork the program's process into it, report to the
-    server whether the sandbox was made, and kill the program at its wall-clock limit. Never returns. `seccomp` is
-    None for sandbox="none", which makes no namespaces and installs no filter."""
+def _status_line(text: str) -> bytes:
+    """One line for the zygote's status pipe (one write below PIPE_BUF, so lines from two processes never mix)."""
+    return (" ".join(text.split())[:1000] + "\n").encode()
+
+
+def _sandbox_process(kernel: _Kernel, channel: int, status: int, job: tuple, program_filter: bytes | None) -> None:
+    """The forked child that makes one program's sandbox: it enters new user, mount, pid, network, IPC and UTS
+    namespaces, mounts a fresh tmpfs on /work (also /tmp) and an empty /proc, forks the program's process (pid 1 of
+    the new pid namespace), writes its pid to `status` and waits for it; when that returns, everything in the pid
+    namespace is dead, and it writes "gone" (its mounts go as it exits, after that). `program_filter` is None for
+    sandbox="none": no namespaces, a directory on disk. Never returns."""
     import resource
     import signal
 
-    job_id, wall_s, cpu_s, memory_bytes, work_bytes = job
+    _, _, _, cpu_s, memory_bytes, work_bytes = job
     try:
-        workdir = WORK
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         kernel.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if seccomp is not None:  # isolated
+        if program_filter is not None:
             uid, gid = os.getuid(), os.getgid()
             kernel.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
             for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
@@ -644,121 +822,232 @@ def _program_process(kernel: _Kernel, control, channel: int, job: tuple, seccomp
                 except OSError as e:
                     raise OSError(e.errno, f"writing /proc/self/{name}: {e.strerror}") from None
             kernel.mount(None, "/", None, MS_REC | MS_PRIVATE)
-            kernel.mount("tmpfs", WORK, "tmpfs", MS_NOSUID | MS_NODEV, f"size={work_bytes},mode=0700")
+            kernel.mount("tmpfs", WORK, "tmpfs", MS_NOSUID | MS_NODEV,
+                         f"size={work_bytes},nr_inodes={WORK_INODES},mode=0700")
             kernel.mount(WORK, "/tmp", None, MS_BIND)
-            kernel.mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4096")
+            kernel.mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4096,nr_inodes=1")
+            workdir = WORK
         else:
             import tempfile
 
             workdir = tempfile.mkdtemp(prefix="reco-code-")
-        ready_r, ready_w = os.pipe()
+        limits = [(resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_FSIZE, work_bytes),
+                  (resource.RLIMIT_NOFILE, MAX_FILES), (resource.RLIMIT_CORE, 0), (resource.RLIMIT_MEMLOCK, 0),
+                  (resource.RLIMIT_MSGQUEUE, 0), (resource.RLIMIT_SIGPENDING, MAX_PENDING_SIGNALS)]
         pid = os.fork()
         if pid == 0:
-            try:
-                kernel.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-                os.setsid()  # its own process group: kill(0, ...) would otherwise reach the zygote's, across namespaces
-                os.chdir(workdir)
-                for sig in (signal.SIGCHLD, signal.SIGALRM):
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past RLIMIT_FSIZE a write fails instead
-                signal.set_wakeup_fd(-1)
-                null = os.open(os.devnull, os.O_RDWR)
-                for fd in (0, 1, 2):
-                    os.dup2(null, fd)
-                _close_all_but({channel, ready_w})
-                for limit, value in ((resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_CPU, cpu_s),
-                                     (resource.RLIMIT_FSIZE, work_bytes), (resource.RLIMIT_NOFILE, 64),
-                                     (resource.RLIMIT_CORE, 0)):
-                    resource.setrlimit(limit, (value, value + (limit == resource.RLIMIT_CPU)))
-                if seccomp is not None:
-                    kernel.drop_capabilities()
-                    kernel.install_seccomp(seccomp)
-                os.write(ready_w, b"ok")
-                os.close(ready_w)
-            except BaseException as e:  # noqa: BLE001 - reported, and the program never runs
-                os.write(ready_w, f"{ISOLATE_ERROR}: {e}".encode()[:1000])
-                os._exit(1)
-            serve_program(channel)
-            os._exit(0)
-        os.close(ready_w)
-        os.close(channel)
-        status = os.read(ready_r, 1000).decode() or f"{ISOLATE_ERROR}: the program's process died while being set up"
-        signal.signal(signal.SIGALRM, lambda *_: os.kill(pid, signal.SIGKILL))
-        signal.setitimer(signal.ITIMER_REAL, wall_s)
-        control.send(encode((job_id, status)).encode())
-        os.waitpid(pid, 0)
-        if seccomp is None:
-            import shutil
-
-            shutil.rmtree(workdir, ignore_errors=True)
+            _program_process(kernel, channel, status, workdir, limits, program_filter)
+        os.write(status, _status_line(f"pid {pid}"))
     except BaseException as e:  # noqa: BLE001 - reported: the server raises it to the trainer
-        try:
-            control.send(encode((job_id, f"{ISOLATE_ERROR}: {e}")).encode())
-        except OSError:
-            pass
+        os.write(status, _status_line(f"{ISOLATE_ERROR}: {e}"))
+        os._exit(1)
+    os.close(channel)
+    os.waitpid(pid, 0)
+    os.write(status, b"gone\n")
+    if program_filter is None:
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+    os._exit(0)
+
+
+def _program_process(kernel: _Kernel, channel: int, status: int, workdir: str, limits: list, program_filter) -> None:
+    """The program's process: its limits, no capabilities and its seccomp filter, then "ok" on `status`, and only
+    then the program. Never returns."""
+    import resource
+    import signal
+
+    try:
+        kernel.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.setsid()  # its own process group: kill(0, ...) would otherwise reach the zygote's, across namespaces
+        os.chdir(workdir)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past RLIMIT_FSIZE a write fails instead
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        _close_all_but({channel, status})
+        for limit, value in limits:
+            resource.setrlimit(limit, (value, value + (limit == resource.RLIMIT_CPU)))
+        if program_filter is not None:
+            kernel.drop_capabilities()
+            kernel.install_seccomp(program_filter)
+        os.write(status, b"ok\n")
+        os.close(status)
+    except BaseException as e:  # noqa: BLE001 - reported, and the program never runs
+        os.write(status, _status_line(f"{ISOLATE_ERROR}: {e}"))
+        os._exit(1)
+    serve_program(channel)
     os._exit(0)
 
 
 def run_zygote(control_fd: int, isolate: bool) -> None:
-    """Fork a sandboxed process for each program the server sends (a job header and the program's socket), until
-    the server hangs up; then kill whatever is left."""
+    """The program side's one long-lived process, pid 1 of bwrap's pid namespace (--as-pid-1): when it exits, the
+    kernel kills every process in that namespace, programs included. It reads the server's orders from its socket:
+    ("start", job id, wall-clock s, CPU s, memory bytes, work bytes) with the program's socket, and ("end", job id).
+    For each start it forks a sandbox (`_sandbox_process`), and tells the server (job id, "ok") once the program's
+    process is ready, or (job id, why not), then (job id, "gone") once everything in its pid namespace is dead (or
+    its sandbox process died, which kills the program through its parent-death signal). It kills a program at its
+    end order or at its own wall-clock limit, whichever comes first."""
     import _sitebuiltins
     import builtins
     import gc
     import importlib
+    import select
     import signal
     import socket
+    import time
 
     for name in COMMON_MODULES:  # warm, so that a program's imports cost nothing
         importlib.import_module(name)
     builtins.exit, builtins.quit = (_sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)") for name in ("exit", "quit"))  # as site adds
     os.environ.clear()  # bwrap sets PWD even with --clearenv
     kernel = _Kernel()
-    seccomp = seccomp_filter(os.uname().machine) if isolate else None
+    program_filter = seccomp_filter(os.uname().machine) if isolate else None
+    if isolate:
+        kernel.install_seccomp(seccomp_filter(os.uname().machine, "zygote"))
     control = socket.socket(fileno=control_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     gc.freeze()  # a forked child's garbage collections then leave the zygote's pages shared
-    children: set[int] = set()
+    runs: dict[int, dict] = {}  # job id -> {"sandbox": its pid, "program": the program's pid, "status": fd, ...}
 
-    def reap(*_: object) -> None:
-        for pid in list(children):
-            try:
-                if os.waitpid(pid, os.WNOHANG)[0]:
-                    children.discard(pid)
-            except ChildProcessError:
-                children.discard(pid)
+    def tell(*message: object) -> None:
+        control.send(encode(message).encode())
 
-    signal.signal(signal.SIGCHLD, reap)
-    try:
-        while True:
-            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
-            if not message:
-                break
-            job = decode(message.decode())
-            pid = os.fork()
-            if pid == 0:
-                _program_process(kernel, control, fds[0], job, seccomp)
-            os.close(fds[0])
-            children.add(pid)
-    finally:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for pid in list(children):
+    def kill(run: dict) -> None:
+        run["deadline"] = math.inf
+        if run["program"] is not None:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(run["program"], signal.SIGKILL)  # pid 1 of its namespace: the whole namespace goes
             except ProcessLookupError:
                 pass
+
+    def start(order: tuple, channel: int) -> None:
+        job_id, wall_s = order[1], order[2]
+        status_r, status_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(status_r)
+            _sandbox_process(kernel, channel, status_w, order, program_filter)
+        os.close(status_w)
+        os.close(channel)
+        runs[job_id] = {"sandbox": pid, "program": None, "status": status_r, "text": b"", "reported": False,
+                        "gone": False, "ended": False, "deadline": time.monotonic() + wall_s}
+
+    def report(job_id: int, run: dict, text: str) -> None:
+        if not run["reported"]:
+            run["reported"] = True
+            tell(job_id, text)
+
+    def gone(job_id: int, run: dict) -> None:
+        if not run["gone"]:
+            report(job_id, run, f"{ISOLATE_ERROR}: the program's process died while being set up")
+            run["gone"], run["program"] = True, None  # its pid may be another process's now
+            tell(job_id, "gone")
+
+    def read_status(job_id: int, run: dict) -> None:
+        """What the sandbox wrote: its program's pid, "ok" or why not, and "gone"."""
+        chunk = os.read(run["status"], 4096)
+        run["text"] += chunk
+        *lines, run["text"] = run["text"].split(b"\n")
+        for line in (line.decode(errors="replace") for line in lines):
+            if line.startswith("pid "):
+                run["program"] = int(line[4:])
+                if run["ended"]:
+                    kill(run)
+            elif line == "gone":
+                gone(job_id, run)
+            else:
+                report(job_id, run, line)
+        if not chunk:
+            os.close(run["status"])
+            run["status"] = None
+
+    def reap() -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            job_id = next((j for j, run in runs.items() if run["sandbox"] == pid), None)
+            if job_id is not None:
+                run = runs.pop(job_id)
+                while run["status"] is not None:  # its writers are dead: this reads to the end at once
+                    read_status(job_id, run)
+                gone(job_id, run)
+
+    try:
+        while True:
+            deadline = min((run["deadline"] for run in runs.values()), default=math.inf)
+            statuses = {run["status"]: job_id for job_id, run in runs.items() if run["status"] is not None}
+            ready, _, _ = select.select([control, wake_r, *statuses], [], [],
+                                        None if deadline == math.inf else max(0.0, deadline - time.monotonic()))
+            for fd in ready:
+                if fd in statuses and statuses[fd] in runs:
+                    read_status(statuses[fd], runs[statuses[fd]])
+            if control in ready:
+                message, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+                if not message:
+                    break
+                order = decode(message.decode())
+                if order[0] == "start":
+                    start(order, fds[0])
+                elif order[1] in runs:
+                    runs[order[1]]["ended"] = True
+                    kill(runs[order[1]])
+            if wake_r in ready:
+                os.read(wake_r, 4096)
+                reap()
+            now = time.monotonic()
+            for run in runs.values():
+                if now >= run["deadline"]:
+                    run["ended"] = True
+                    kill(run)
+    finally:
+        for run in runs.values():
+            kill(run)
 
 
 # -- the server (tests side) -----------------------------------------------------------------------------
 
-def run_server(control_fd: int, workers: int, memory_bytes: int, work_bytes: int) -> None:
-    """Read jobs from stdin (JSON lines), run each in a forked harness (at most `workers` at once) against its
+class _Lines:
+    """A byte stream cut into lines in linear time: a line's pieces are joined once, when its end arrives."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        lines, start = [], 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            lines.append(b"".join([*self.pieces, chunk[start:end]]))
+            self.pieces, start = [], end + 1
+        if start < len(chunk):
+            self.pieces.append(chunk[start:])
+        return lines
+
+
+def _address_space() -> int:
+    """This process's mapped bytes (the VmSize a fork inherits)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def run_server(control_fd: int, workers: int, memory_bytes: int, work_bytes: int, isolate: bool) -> None:
+    """Read jobs from stdin (JSON lines), run each in a forked harness (at most `workers` jobs at once) against its
     program in the zygote, and write one JSON line per job: {"id", "passed"}, {"id", "error"} (its program's sandbox
-    could not be made) or {"id", "invalid"} (its tests do not compile)."""
+    could not be made) or {"id", "invalid"} (its tests do not compile). A job holds its slot until both its harness
+    and everything in its program's pid namespace are dead. Each harness has the server's address space plus
+    `memory_bytes`, and is killed past its job's bound plus HARNESS_GRACE_S: a C call the harness's own alarm
+    cannot interrupt (a set of values whose hashes collide) ends there."""
     import collections
     import gc
     import importlib
     import json
-    import math
+    import resource
     import select
     import signal
     import socket
@@ -769,6 +1058,8 @@ def run_server(control_fd: int, workers: int, memory_bytes: int, work_bytes: int
             importlib.import_module(name)
         except ImportError:
             pass
+    if isolate:
+        _Kernel().install_seccomp(seccomp_filter(os.uname().machine, "server"))
     control = socket.socket(fileno=control_fd)
     gc.freeze()  # a forked harness's garbage collections then leave the server's pages shared
     wake_r, wake_w = os.pipe()
@@ -777,37 +1068,37 @@ def run_server(control_fd: int, workers: int, memory_bytes: int, work_bytes: int
     signal.signal(signal.SIGCHLD, lambda *_: None)
     tests: dict[str, object] = {}
     queue: collections.deque = collections.deque()
-    running: dict[int, dict] = {}  # harness pid -> job
-    reports: dict[int, str] = {}  # job id -> the zygote's "ok" or an isolation error
-    finished: dict[int, bool] = {}  # job id -> the harness's verdict, waiting for the zygote's report
-    waiting: dict[int, float] = {}  # job id -> when to give up on its report
-    pending = b""
+    active: dict[int, dict] = {}  # job id -> job, from its start until its harness and its program are gone
+    harnesses: dict[int, dict] = {}  # harness pid -> job
+    stdin = _Lines()
 
     def answer(job_id: int, **fields) -> None:
         os.write(1, (json.dumps({"id": job_id, **fields}) + "\n").encode())
 
-    def settle(job_id: int) -> None:
-        if job_id in finished and job_id in reports:
-            report = reports.pop(job_id)
-            passed = finished.pop(job_id)
-            waiting.pop(job_id, None)
-            answer(job_id, **({"passed": passed} if report == "ok" else {"error": report}))
+    def tell(*message: object, fds: tuple[int, ...] = ()) -> None:
+        try:
+            socket.send_fds(control, [encode(message).encode()], list(fds))
+        except OSError:
+            raise SystemExit("the program sandbox stopped") from None
+
+    def settle(job: dict) -> None:
+        if job["verdict"] is not None and job["report"] is not None and job["gone"]:
+            del active[job["id"]]
+            answer(job["id"], **({"passed": job["verdict"]} if job["report"] == "ok" else {"error": job["report"]}))
 
     def start(job: dict) -> None:
         code = tests.get(job["tests"])
         if isinstance(code, str):  # the tests' compile error
             answer(job["id"], invalid=code)
             return
-        n_cases = 1 if hasattr(code, "co_code") else max(1, len(code))
-        job["bound"] = job["timeout"] * n_cases
-        job["deadline"] = time.monotonic() + job["bound"] + 2
+        bound = job["timeout"] * (1 if hasattr(code, "co_code") else max(1, len(code)))
+        job.update(deadline=time.monotonic() + bound + HARNESS_GRACE_S, give_up=math.inf, verdict=None, report=None,
+                   gone=False)
         mine, theirs = socket.socketpair()
-        header = (job["id"], job["bound"] + 0.5, math.ceil(job["bound"]) + 1, memory_bytes, work_bytes)
-        try:
-            socket.send_fds(control, [encode(header).encode()], [theirs.fileno()])
-        except OSError:
-            raise SystemExit("the program sandbox stopped") from None
+        tell("start", job["id"], bound + 2 * HARNESS_GRACE_S, math.ceil(bound) + 1, memory_bytes, work_bytes,
+             fds=(theirs.fileno(),))
         theirs.close()
+        limit = _address_space() + memory_bytes
         pid = os.fork()
         if pid == 0:
             verdict = False
@@ -818,61 +1109,72 @@ def run_server(control_fd: int, workers: int, memory_bytes: int, work_bytes: int
                 _close_all_but({mine.fileno()})
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
                 verdict = harness(mine.fileno(), job["program"], code, job["timeout"])
             finally:
                 os._exit(0 if verdict else 1)
         mine.close()
-        running[pid] = job
+        active[job["id"]] = harnesses[pid] = job
+
+    def receive_job(line: bytes) -> None:
+        message = json.loads(line)
+        if "job" in message:
+            queue.append({"id": message["job"], "program": message["program"], "tests": message["tests"],
+                          "timeout": message["timeout"]})
+        elif "forget" in message:
+            tests.pop(message["forget"], None)
+        elif "source" in message:
+            try:
+                tests[message["tests"]] = compile(message["source"], "<tests>", "exec")
+            except (SyntaxError, ValueError) as e:
+                tests[message["tests"]] = f"the tests do not compile: {type(e).__name__}: {e}"
+        else:
+            tests[message["tests"]] = [tuple(case) for case in message["cases"]]
 
     while True:
-        timeout = min([job["deadline"] for job in running.values()] + list(waiting.values()), default=None)
-        ready, _, _ = select.select([0, control, wake_r], [], [], None if timeout is None
-                                    else max(0.0, timeout - time.monotonic()))
+        timeout = min([job["deadline"] for job in harnesses.values()] + [job["give_up"] for job in active.values()],
+                      default=math.inf)
+        ready, _, _ = select.select([0, control, wake_r], [], [],
+                                    None if timeout == math.inf else max(0.0, timeout - time.monotonic()))
         if 0 in ready:
             chunk = os.read(0, 1 << 20)
             if not chunk:
                 break
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                message = json.loads(line)
-                if "job" in message:
-                    queue.append({"id": message["job"], "program": message["program"], "tests": message["tests"],
-                                  "timeout": message["timeout"]})
-                elif "forget" in message:
-                    tests.pop(message["forget"], None)
-                elif "source" in message:
-                    try:
-                        tests[message["tests"]] = compile(message["source"], "<tests>", "exec")
-                    except (SyntaxError, ValueError) as e:
-                        tests[message["tests"]] = f"the tests do not compile: {type(e).__name__}: {e}"
-                else:
-                    tests[message["tests"]] = [tuple(case) for case in message["cases"]]
+            for line in stdin.feed(chunk):
+                receive_job(line)
         if control in ready:
             data = control.recv(1 << 16)
             if not data:
                 raise SystemExit("the program sandbox stopped")
             job_id, report = decode(data.decode())
-            reports[job_id] = report
-            settle(job_id)
+            if job_id in active:
+                job = active[job_id]
+                if report == "gone":
+                    job["gone"] = True
+                else:
+                    job["report"] = report
+                settle(job)
         if wake_r in ready:
             os.read(wake_r, 4096)
         now = time.monotonic()
-        for pid, job in list(running.items()):
+        for pid, job in list(harnesses.items()):
             if now > job["deadline"]:
                 os.kill(pid, signal.SIGKILL)
+                job["deadline"] = math.inf  # its exit wakes the loop
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                del running[pid]
-                finished[job["id"]] = os.waitstatus_to_exitcode(status) == 0
-                waiting[job["id"]] = now + 10
-                settle(job["id"])
-        for job_id, give_up in list(waiting.items()):
-            if now > give_up:
-                reports[job_id] = f"{ISOLATE_ERROR}: no report from the program sandbox"
-                settle(job_id)
-        while queue and len(running) < workers:
+                del harnesses[pid]
+                job["verdict"] = os.waitstatus_to_exitcode(status) == 0
+                job["give_up"] = now + 10
+                tell("end", job["id"])  # a program still running after its run (paid or not) dies now
+                settle(job)
+        for job in list(active.values()):
+            if now > job["give_up"]:
+                job["report"], job["gone"] = f"{ISOLATE_ERROR}: no report from the program sandbox", True
+                settle(job)
+        while queue and len(active) < workers:
             start(queue.popleft())
-    for pid in running:
+    for pid in harnesses:
         os.kill(pid, signal.SIGKILL)
 
 
@@ -881,4 +1183,4 @@ if __name__ == "__main__":
     if role == "zygote":
         run_zygote(fd, sys.argv[3] == "isolate")
     else:
-        run_server(fd, *map(int, sys.argv[3:6]))
+        run_server(fd, *map(int, sys.argv[3:6]), sys.argv[6] == "isolate")

