@@ -798,16 +798,17 @@ def _status_line(text: str) -> bytes:
     return (" ".join(text.split())[:1000] + "\n").encode()
 
 
-def _sandbox_process(kernel: _Kernel, channel: int, status: int, job: tuple, program_filter: bytes | None) -> None:
+def _sandbox_process(kernel: _Kernel, control, channel: int, status: int, job: tuple, program_filter: bytes | None) -> None:
     """The forked child that makes one program's sandbox: it enters new user, mount, pid, network, IPC and UTS
     namespaces, mounts a fresh tmpfs on /work (also /tmp) and an empty /proc, forks the program's process (pid 1 of
-    the new pid namespace), writes its pid to `status` and waits for it; when that returns, everything in the pid
-    namespace is dead, and it writes "gone" (its mounts go as it exits, after that). `program_filter` is None for
-    sandbox="none": no namespaces, a directory on disk. Never returns."""
+    the new pid namespace), writes its pid to `status` and waits for it. When that returns, everything in the pid
+    namespace is dead: it tells the server (job id, "gone") on the zygote's socket, and the zygote "gone" on
+    `status` (its mounts go as it exits, right after). `program_filter` is None for sandbox="none": no namespaces,
+    a directory on disk. Never returns."""
     import resource
     import signal
 
-    _, _, _, cpu_s, memory_bytes, work_bytes = job
+    _, job_id, _, cpu_s, memory_bytes, work_bytes = job
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -841,14 +842,17 @@ def _sandbox_process(kernel: _Kernel, channel: int, status: int, job: tuple, pro
     except BaseException as e:  # noqa: BLE001 - reported: the server raises it to the trainer
         os.write(status, _status_line(f"{ISOLATE_ERROR}: {e}"))
         os._exit(1)
-    os.close(channel)
-    os.waitpid(pid, 0)
-    os.write(status, b"gone\n")
-    if program_filter is None:
-        import shutil
+    try:
+        os.close(channel)
+        os.waitpid(pid, 0)
+        control.send(encode((job_id, "gone")).encode())
+        os.write(status, b"gone\n")
+        if program_filter is None:
+            import shutil
 
-        shutil.rmtree(workdir, ignore_errors=True)
-    os._exit(0)
+            shutil.rmtree(workdir, ignore_errors=True)
+    finally:
+        os._exit(0)
 
 
 def _program_process(kernel: _Kernel, channel: int, status: int, workdir: str, limits: list, program_filter) -> None:
@@ -876,8 +880,10 @@ def _program_process(kernel: _Kernel, channel: int, status: int, workdir: str, l
     except BaseException as e:  # noqa: BLE001 - reported, and the program never runs
         os.write(status, _status_line(f"{ISOLATE_ERROR}: {e}"))
         os._exit(1)
-    serve_program(channel)
-    os._exit(0)
+    try:
+        serve_program(channel)
+    finally:
+        os._exit(0)
 
 
 def run_zygote(control_fd: int, isolate: bool) -> None:
@@ -885,9 +891,10 @@ def run_zygote(control_fd: int, isolate: bool) -> None:
     kernel kills every process in that namespace, programs included. It reads the server's orders from its socket:
     ("start", job id, wall-clock s, CPU s, memory bytes, work bytes) with the program's socket, and ("end", job id).
     For each start it forks a sandbox (`_sandbox_process`), and tells the server (job id, "ok") once the program's
-    process is ready, or (job id, why not), then (job id, "gone") once everything in its pid namespace is dead (or
-    its sandbox process died, which kills the program through its parent-death signal). It kills a program at its
-    end order or at its own wall-clock limit, whichever comes first."""
+    process is ready, or (job id, why not); the sandbox process tells it (job id, "gone") once everything in the
+    program's pid namespace is dead (the zygote does, if that process died first, which kills the program through
+    its parent-death signal). It kills a program at its end order or at its own wall-clock limit, whichever comes
+    first."""
     import _sitebuiltins
     import builtins
     import gc
@@ -929,8 +936,11 @@ def run_zygote(control_fd: int, isolate: bool) -> None:
         status_r, status_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.close(status_r)
-            _sandbox_process(kernel, channel, status_w, order, program_filter)
+            try:
+                os.close(status_r)
+                _sandbox_process(kernel, control, channel, status_w, order, program_filter)
+            finally:
+                os._exit(1)
         os.close(status_w)
         os.close(channel)
         runs[job_id] = {"sandbox": pid, "program": None, "status": status_r, "text": b"", "reported": False,
@@ -941,11 +951,13 @@ def run_zygote(control_fd: int, isolate: bool) -> None:
             run["reported"] = True
             tell(job_id, text)
 
-    def gone(job_id: int, run: dict) -> None:
+    def gone(job_id: int, run: dict, told: bool) -> None:
+        """Its program's pid namespace is empty (`told`: the sandbox process has told the server so)."""
         if not run["gone"]:
             report(job_id, run, f"{ISOLATE_ERROR}: the program's process died while being set up")
             run["gone"], run["program"] = True, None  # its pid may be another process's now
-            tell(job_id, "gone")
+            if not told:
+                tell(job_id, "gone")
 
     def read_status(job_id: int, run: dict) -> None:
         """What the sandbox wrote: its program's pid, "ok" or why not, and "gone"."""
@@ -958,7 +970,7 @@ def run_zygote(control_fd: int, isolate: bool) -> None:
                 if run["ended"]:
                     kill(run)
             elif line == "gone":
-                gone(job_id, run)
+                gone(job_id, run, told=True)
             else:
                 report(job_id, run, line)
         if not chunk:
@@ -978,7 +990,7 @@ def run_zygote(control_fd: int, isolate: bool) -> None:
                 run = runs.pop(job_id)
                 while run["status"] is not None:  # its writers are dead: this reads to the end at once
                     read_status(job_id, run)
-                gone(job_id, run)
+                gone(job_id, run, told=False)  # unless it said so before it died
 
     try:
         while True:
