@@ -1178,7 +1178,8 @@ def run_server(control_fd: int, workers: int, memory_bytes: int, work_bytes: int
                 del harnesses[pid]
                 job["verdict"] = os.waitstatus_to_exitcode(status) == 0
                 job["give_up"] = now + 10
-                tell("end", job["id"])  # a program still running after its run (paid or not) dies now
+                if not job["gone"]:
+                    tell("end", job["id"])  # a program still running after its run (paid or not) dies now
                 settle(job)
         for job in list(active.values()):
             if now > job["give_up"]:
