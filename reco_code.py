@@ -11,10 +11,10 @@ wall time. The tests are either
   and its output matches by LiveCodeBench's rule: both texts stripped and split into lines, each line stripped,
   the same number of lines, and each pair equal as text or as lists of whitespace-separated Decimals.
 
-`timeout_s` bounds a whole test run, or each stdin/stdout case, and a call returns within its jobs' bounds (over
-the workers) plus a second. A program longer than MAX_PROGRAM_BYTES of UTF-8 is not paid and never runs. The module
+`timeout_s` bounds a whole test run, or each stdin/stdout case, and a job is answered within its bound plus a second
+of its start. A program longer than MAX_PROGRAM_BYTES of UTF-8 is not paid and never runs. The module
 imports nothing of reco_mini or reco_scaled; reco_code_sandbox.py holds the code that runs inside the sandboxes, and
-docs/code_reward.md the mechanism, its measured cost and what it does not protect against.
+docs/code_reward.md the mechanism, its measured cost, and what it contains and what it does not.
 
 Isolation (``sandbox="local"``, the default). The program runs in a fresh process of its own, made by a zygote
 in a bubblewrap sandbox that sees only the interpreter, its shared libraries and the standard library, all
