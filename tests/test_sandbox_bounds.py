@@ -60,7 +60,10 @@ def _descendants(roots: set[int]) -> set[int]:
 def _zygote_python(box: LocalSandbox) -> int:
     """The zygote's python process (the child of the bwrap process the trainer started)."""
     for pid in sorted(_descendants({box.zygote.pid})):
-        command = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        except OSError:  # a program's process, gone meanwhile
+            continue
         if "zygote" in command and Path(command[0]).name.startswith("python"):
             return pid
     raise AssertionError("no zygote python")
@@ -79,7 +82,7 @@ def _pid_levels(pid: int) -> int:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return 0
-    return len(next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")))
+    return len(next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), []))
 
 
 def _alive(pid: int) -> bool:

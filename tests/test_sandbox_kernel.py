@@ -161,6 +161,30 @@ def test_every_name_in_the_lists_has_a_number():
         assert set(calls) - legacy <= set(reco_code_sandbox.SYSCALL_NUMBERS["aarch64"])
 
 
+def test_refuses_to_run_where_its_filters_cannot_be_installed(tmp_path):
+    """A bwrap whose sandbox forbids prctl() (a stand-in for a kernel without seccomp filters): the zygote and the
+    server cannot install their lists, so the first call raises SandboxUnavailable and no program runs."""
+    try:
+        real = reco_code._bwrap_path(None)
+    except reco_code.SandboxUnavailable as e:
+        pytest.skip(str(e))
+    if os.uname().machine not in NUMBERS:
+        pytest.skip(f"no system call numbers for {os.uname().machine} here")
+    prctl = NUMBERS[os.uname().machine]["prctl"]
+    no_prctl = tmp_path / "no-prctl.bpf"  # load the call's number; prctl: EPERM; the rest: allowed
+    no_prctl.write_bytes(b"".join(struct.pack("HBBI", *i) for i in [(0x20, 0, 0, 0), (0x15, 0, 1, prctl),
+                                                                    (0x06, 0, 0, EPERM), (0x06, 0, 0, ALLOW)]))
+    fake = tmp_path / "bwrap"
+    fake.write_text(f"#!/bin/sh\nexec {real} --seccomp 9 \"$@\" 9<{no_prctl}\n")
+    fake.chmod(0o755)
+    marker = tmp_path / "ran"
+    box = reco_code.LocalSandbox(bwrap=str(fake))
+    program = f"open({str(marker)!r}, 'w').write('ran')\ndef f():\n    return 1\n"
+    with pytest.raises(reco_code.SandboxUnavailable, match=r"cannot start: .*prctl\(38\): Operation not permitted"):
+        box.run([reco_code.Job(program, "assert f() == 1")], 5)
+    assert not marker.exists()
+
+
 # -- in the sandbox: calls refused, objects not made -------------------------------------------------------------
 
 CALLS = """\
@@ -396,7 +420,10 @@ def _filters(pid: int) -> int:
 def _sandbox_python(bwrap: int, role: str) -> int:
     """The python process of `role` ("zygote" or "server") that the bwrap process `bwrap` started."""
     for pid in sorted(_descendants(bwrap)):
-        command = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        except OSError:  # a program's process, gone meanwhile
+            continue
         if role in command and Path(command[0]).name.startswith("python"):
             return pid
     raise AssertionError(f"no {role} python under pid {bwrap}")
