@@ -672,17 +672,18 @@ ZYGOTE_SYSCALLS = {
     **_allow("unshare mount capset setsid wait4 waitid pipe2 set_robust_list"),
     "clone": _none_of(0, 0xFFFFFFFF & ~FORK),
     "prctl": _only(0, PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS),
-    # the server's socket: jobs and their programs' sockets
-    **_allow("recvmsg sendmsg sendto recvfrom getsockname getpeername getsockopt"),
+    # the server's socket: jobs and their programs' sockets in (recvmsg), reports out (sendto); Python's socket
+    # objects ask their address (getsockname, getpeername) of a descriptor they wrap
+    **_allow("recvmsg sendto getsockname getpeername"),
 }
 SERVER_SYSCALLS = {
     **PROGRAM_SYSCALLS,
     # forking harnesses (and threads, which a dataset's tests may start) and reaping them; no namespaces
     **_allow("wait4 waitid pipe2 set_robust_list rseq mbind get_mempolicy"),
     "clone": _none_of(0, NAMESPACES),
-    # a socket pair per job, one end passed to the zygote
+    # a socket pair per job, one end passed to the zygote (sendmsg); the zygote's reports (recvfrom)
     "socketpair": _only(0, AF_UNIX),
-    **_allow("recvmsg sendmsg sendto recvfrom getsockname getpeername getsockopt shutdown"),
+    **_allow("sendmsg recvfrom getsockname getpeername"),
 }
 SYSCALLS = {"program": PROGRAM_SYSCALLS, "zygote": ZYGOTE_SYSCALLS, "server": SERVER_SYSCALLS}
 
@@ -909,10 +910,10 @@ def run_zygote(control_fd: int, isolate: bool) -> None:
     builtins.exit, builtins.quit = (_sitebuiltins.Quitter(name, "Ctrl-D (i.e. EOF)") for name in ("exit", "quit"))  # as site adds
     os.environ.clear()  # bwrap sets PWD even with --clearenv
     kernel = _Kernel()
+    control = socket.socket(fileno=control_fd)
     program_filter = seccomp_filter(os.uname().machine) if isolate else None
     if isolate:
         kernel.install_seccomp(seccomp_filter(os.uname().machine, "zygote"))
-    control = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -1070,9 +1071,9 @@ def run_server(control_fd: int, workers: int, memory_bytes: int, work_bytes: int
             importlib.import_module(name)
         except ImportError:
             pass
+    control = socket.socket(fileno=control_fd)
     if isolate:
         _Kernel().install_seccomp(seccomp_filter(os.uname().machine, "server"))
-    control = socket.socket(fileno=control_fd)
     gc.freeze()  # a forked harness's garbage collections then leave the server's pages shared
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
