@@ -3,8 +3,8 @@
 The command line (RunSettings, the plumbing's flags; a flag and its help for every config field, by group; the allowed
 values of every setting, checked before any work; one-line errors, exit code 2; the parser every command shares;
 --quick's budget), the run directory's reuse, the registry decorator, the math task's files and model (loaded with
-one-line errors, a missing one found before anything loads), the tokens that end a response, the record the on_step
-hook gets (Step), the checks of occurrence_weights' arguments, the memory-saving token_stats (reco_mini's
+one-line errors, a missing one found before anything loads), the tokens that end a response, reco_mini's sampler
+(sample, with the KV cache), the checks of occurrence_weights' arguments, the memory-saving token_stats (reco_mini's
 --head-chunk path, tested against its readable one), the precision and gradient-checkpointing switches, the step's
 log row and the trajectory file, the non-finite stop, atomic checkpoint writes, progress bars that do not flood a log
 file, and the Pass@k table and plot, which reco_scaled's evaluation uses too.
@@ -95,9 +95,9 @@ class Allowed:
 
 
 POSITIVE = Allowed(0, open_low=True)
-# The numeric settings of reco_mini.LossConfig (with reco_variants.PeerSettings') and of the rest of reco_mini.Config
-# (with reco_task.TaskSettings' and RunSettings'): each has its rule, so a new one fails tests/test_validation.py until
-# it gets one.
+# The numeric settings of reco_mini.LossConfig and of the rest of reco_mini.Config (with reco_task.TaskSettings' and
+# RunSettings'): each has its rule, so a new one fails tests/test_validation.py until it gets one (the peers' settings:
+# reco_variants.PEER_NUMBERS).
 LOSS_NUMBERS = {
     "focal_gamma": Allowed(0, special=(None,)),
     "variance_cap": POSITIVE,
@@ -105,12 +105,6 @@ LOSS_NUMBERS = {
     "clip_high": POSITIVE,
     "dual_clip": Allowed(1, open_low=True, special=(0,)),  # 0 = off
     "kl_coef": Allowed(0),
-    "pass_k": Allowed(1),
-    "ucpo_tau": Allowed(0, 1),
-    "simko_k": Allowed(1),
-    "simko_alpha": Allowed(0, 1),
-    "simko_lambda": POSITIVE,
-    "simko_quantile": Allowed(0, 1),
 }
 RUN_NUMBERS = {
     "seed": Allowed(0),
@@ -146,8 +140,6 @@ CHOICES = {
     "occurrence_norm": ("group", "batch", "none"),
     "variance_norm": ("batch", "none"),
     "aggregation": ("token-mean", "seq-mean-token-mean"),
-    "ucpo_score": ("mean", "sum"),
-    "simko_scale": ("advantage", "ratio"),
     "device": ("auto", "cpu", "cuda", "cuda:N"),
     "dtype": ("float32", "bfloat16"),
     "log": ("tensorboard", "wandb"),
@@ -197,26 +189,14 @@ class RunSettings:
 QUICK = dict(n_train=64, n_test=16, hidden=64, layers=2, sft_steps=300, steps=4, prompts_per_step=8, n_eval=32)
 
 
-def loss_checks(cfg, occurrences: list[str], token_ratios: list[str], advantages: list[str], gates: list[str],
-                weights: list[str]) -> list[tuple[str, bool, str]]:
+def loss_checks(cfg, occurrences: list[str], token_ratios: list[str]) -> list[tuple[str, bool, str]]:
     """reco_mini.LossConfig's checks of the policy-loss settings: (field, ok, message)."""
     return [rule.check(name, getattr(cfg, name)) for name, rule in LOSS_NUMBERS.items()] + [
         choice(cfg, "occurrence", occurrences, empty_ok=True),
         choice(cfg, "token_ratio", token_ratios, empty_ok=True),
-        choice(cfg, "advantage", advantages),
-        choice(cfg, "prompt_gate", gates),
-        choice(cfg, "response_weight", weights),
         *(choice(cfg, name, CHOICES[name]) for name in ("occurrence_apply", "occurrence_norm", "variance_norm",
-                                                        "aggregation", "ucpo_score", "simko_scale")),
+                                                        "aggregation")),
     ]
-
-
-def mini_only(cfg) -> list[str]:
-    """The policy-loss fields set to one of the peers' methods, which only reco_mini's own loop applies (issue 42): an
-    advantage, a prompt gate, a response weight, or the token term that reads the logits. Other trainers refuse them."""
-    peers = {"advantage": "grpo", "prompt_gate": "none", "response_weight": "none"}
-    return [name for name, plain in peers.items() if getattr(cfg, name) != plain] + (
-        ["token_ratio"] if cfg.token_ratio == "simko" else [])
 
 
 def device_problem(device: str) -> str:
@@ -255,8 +235,6 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
          f"must divide prompts-per-step x group-size ({n}), got {cfg.minibatches}"),
         ("n_train", cfg.task in ("math", "code", "code-chat") or cfg.n_train >= cfg.prompts_per_step,
          f"must be >= --prompts-per-step ({cfg.prompts_per_step}), got {cfg.n_train}"),
-        ("pass_k", cfg.advantage != "pass-at-k" or cfg.pass_k <= cfg.group_size,
-         f"must be at most --group-size ({cfg.group_size}), got {cfg.pass_k}"),
         ("ks", all(k.strip().isdigit() and 1 <= int(k) <= cfg.n_eval for k in cfg.ks.split(",") if cfg.ks),
          f"must be integers in [1, --n-eval], got {cfg.ks!r}"),
         choice(cfg, "dtype", CHOICES["dtype"]),
@@ -269,8 +247,7 @@ def resolve_defaults(cfg, task, methods: list[str], tasks: list[str]) -> None:
     (task.config_defaults, for fields left at Config's default: as with --quick, a flag set to Config's default takes
     the task's), the output directory (runs/default, or runs/quick with --quick; runs/TASK and runs/TASK-quick for
     a task other than countdown, so that one task's run never meets another's results) and the device ("auto": cuda when
-    there is one); then the one check that needs the task's default (the token term that reads the logits, which
-    --head-chunk does not keep)."""
+    there is one)."""
     own = {f.name: f.default for f in fields(cfg)}
     changed = {name: value for name, value in task.config_defaults.items() if getattr(cfg, name) == own[name]}
     for name, value in changed.items():
@@ -285,14 +262,11 @@ def resolve_defaults(cfg, task, methods: list[str], tasks: list[str]) -> None:
     cfg.head_chunk = task.head_chunk if cfg.head_chunk < 0 else cfg.head_chunk
     if cfg.device == "auto":
         cfg.device = "cuda" if torch.cuda.is_available() else "cpu"
-    if cfg.head_chunk > 0 and cfg.token_ratio == "simko":
-        raise ConfigError("head_chunk", f"{cfg.head_chunk} keeps no logits, which --token-ratio simko reads; "
-                                        "use --head-chunk 0")
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, prog: str = PROG) -> NoReturn:
     """A one-line error on stderr and exit code 2: bad input never ends in a traceback."""
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    print(f"{prog}: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -385,21 +359,19 @@ GROUPS = {
     "run": ("seed", "device", "quick", "steps", "prompts_per_step", "group_size", "epochs", "minibatches", "lr",
             "grad_clip", "temperature", "max_new_tokens", "micro_batch", "head_chunk", "dtype",
             "gradient_checkpointing"),
-    "methods": ("methods", "method", "occurrence", "token_ratio", "focal_gamma", "advantage", "prompt_gate",
-                "response_weight"),
+    "methods": ("methods", "method", "occurrence", "token_ratio", "focal_gamma"),
     "loss": ("occurrence_apply", "occurrence_norm", "variance_cap", "variance_norm", "clip_low", "clip_high", "dual_clip",
-             "kl_coef", "no_std", "aggregation", "pass_k", "ucpo_tau", "ucpo_score", "simko_k", "simko_alpha", "simko_lambda",
-             "simko_quantile", "simko_scale"),
+             "kl_coef", "no_std", "aggregation"),
     "model and data": ("task", "model", "data", "eval_data", "n_train", "n_test", "hidden", "layers", "sft_steps",
                        "sft_batch", "sft_lr"),
     "evaluation and output": ("n_eval", "eval_batch", "eval_every", "eval_seed", "ks", "out", "overwrite", "log"),
 }
 METAVARS = {"int": "N", "float": "X", "float | None": "X", "str": "TEXT", "methods": "NAMES", "log": "NAMES",
             "ks": "K,K,...", "model": "NAME_OR_DIR", "data": "SOURCE", "eval_data": "SOURCE", "out": "DIR"}
-# Field -> the registry whose keys are its values, by its name in the module that defines the config (reco_mini, or
-# __main__ when reco_mini.py runs as a script), read when --help runs: a newly registered variant is listed unedited.
-REGISTRIES = {"methods": "METHODS", "task": "TASKS", "occurrence": "OCCURRENCES", "token_ratio": "TOKEN_RATIOS",
-              "advantage": "ADVANTAGES", "prompt_gate": "PROMPT_GATES", "response_weight": "RESPONSE_WEIGHTS"}
+# Field -> the registry whose keys are its values, by its name in the module that defines the config or one of its bases
+# (reco_mini, or __main__ when reco_mini.py runs as a script), read when --help runs: a newly registered variant is
+# listed unedited.
+REGISTRIES = {"methods": "METHODS", "task": "TASKS", "occurrence": "OCCURRENCES", "token_ratio": "TOKEN_RATIOS"}
 
 
 def flag_order(cls: type) -> list:
@@ -411,20 +383,23 @@ def flag_order(cls: type) -> list:
     return [by_name[name] for name in dict.fromkeys(own) if name in by_name]
 
 
-def parse_config(cls: type, argv: list[str] | None, description: str):
+def parse_config(cls: type, argv: list[str] | None, description: str, groups: dict = GROUPS,
+                 choices: dict | None = None, prog: str = PROG):
     """`cls` (a dataclass whose fields carry a "help" metadata entry) from command-line flags.
 
-    --help lists the flags in GROUPS' order, each with its default once and, for a setting with a fixed set of
-    values, that set (CHOICES, or the registries of REGISTRIES). --quick replaces the defaults of the fields named in
-    QUICK; flags given explicitly still win. --method M is --methods M (both is an error). The dataclass
-    validates itself and raises ValueError naming the flag, which becomes a one-line error.
+    --help lists the flags in the order of `groups` (GROUPS: reco_mini's), each with its default once and, for a
+    setting with a fixed set of values, that set (CHOICES, the registries of REGISTRIES, and `choices`). --quick
+    replaces the defaults of the fields named in QUICK; flags given explicitly still win. --method M is --methods M
+    (both is an error). The dataclass validates itself and raises ValueError naming the flag, which becomes a one-line
+    error, `prog: error: ...`.
     """
-    defined_in = vars(sys.modules[cls.__module__])
-    choices = CHOICES | {name: list(defined_in[registry]) for name, registry in REGISTRIES.items() if registry in defined_in}
-    parser = ArgumentParser(prog=PROG, description=description, usage="%(prog)s [flags]")
+    modules = [vars(sys.modules[c.__module__]) for c in reversed(cls.__mro__) if c.__module__ in sys.modules]
+    found = {name: list(m[registry]) for m in modules for name, registry in REGISTRIES.items() if registry in m}
+    choices = CHOICES | found | (choices or {})
+    parser = ArgumentParser(prog=prog, description=description, usage="%(prog)s [flags]")
     types = {"int": int, "float": float, "str": str, "float | None": float}
     by_name = {f.name: f for f in fields(cls)} | {"method": None}
-    for title, names in GROUPS.items():
+    for title, names in groups.items():
         group = parser.add_argument_group(title)
         for f in (by_name[name] for name in names):
             if f is None:  # --method, which only parsing knows
@@ -446,7 +421,7 @@ def parse_config(cls: type, argv: list[str] | None, description: str):
     try:
         return cls(**args)
     except ValueError as e:
-        fail(str(e))
+        fail(str(e), prog)
 
 
 def describe_settings(cfg) -> str:
@@ -599,6 +574,38 @@ def has_bos(text: str, tokenizer) -> bool:
     return bool(tokenizer.bos_token) and text.startswith(tokenizer.bos_token)
 
 
+# reco_mini's sampler (reco_mini.sample). The prompts of a batch differ in length, so the tokenizer pads them on the
+# left (_, mask 0). Every prompt then ends in the same column, L - 1, and each step of the sampler appends one token to
+# every row at once. Positions count from each row's first real token (A and E are 0):
+#     prompt_ids [B, L]        resp [B, T]   (mask 1 up to and including the stop token)
+#     _  _  A  B  C  D   ->    x  y  <eos>
+#     E  F  G  H  I  J   ->    z  <eos>  _   (a finished row gets padding, mask 0)
+@torch.no_grad()
+def sample(model, prompt_ids, prompt_mask, max_new_tokens, temperature, stop_ids, pad_id, gen):
+    """Responses [B, T] and their mask [B, T] to left-padded prompts [B, L], token by token from softmax(logits / tau),
+    a row until its first of `stop_ids`. The KV cache keeps each layer's keys and values, so each step feeds only the
+    new token."""
+    from transformers import DynamicCache
+
+    stop = torch.tensor(stop_ids, device=prompt_ids.device).view(-1)
+    ids, attn, kv = prompt_ids, prompt_mask, DynamicCache()
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L]
+    done = torch.zeros(prompt_ids.shape[0], dtype=torch.bool, device=prompt_ids.device)
+    tokens, alive = [], []
+    for _ in range(max_new_tokens):  # the last position's logits only, not [B, L, V]
+        out = model(ids, attention_mask=attn, position_ids=pos, past_key_values=kv, logits_to_keep=1)
+        probs = F.softmax(out.logits[:, -1].float() / temperature, dim=-1)  # [B, V]
+        nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)  # [B]
+        alive.append(~done)
+        tokens.append(torch.where(done, pad_id, nxt))
+        done = done | torch.isin(nxt, stop)
+        if done.all():
+            break
+        ids, pos = tokens[-1][:, None], pos[:, -1:] + 1  # only the new token: the rest is in kv
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+    return torch.stack(tokens, 1), torch.stack(alive, 1).long()
+
+
 @torch.no_grad()
 def check_lm_head(model) -> None:
     """--head-chunk makes the logits as lm_head(decoder's last hidden state): refuse a model whose forward does more
@@ -615,31 +622,8 @@ def check_lm_head(model) -> None:
                          "state; use --head-chunk 0")
 
 
-@dataclass
-class Step:
-    """One RL step once the response weights are computed: what reco_mini.train_rl's on_step hook is given.
-    B = P*G rows, problem-major; T response tokens."""
-    problems: list  # the step's P problems
-    group_size: int  # G
-    texts: list[str]  # the P*G decoded responses
-    resp: Tensor  # [B, T] response token ids
-    mask: Tensor  # [B, T] float, 1 on response tokens
-    responses: list[list[int]]  # each response's token ids
-    rewards: Tensor  # [P, G]
-    advantages: Tensor  # [B]
-    old_logp: Tensor  # [B, T] log pi_old(y_t)
-    v_old: Tensor  # [B, T] V_old(s_t)
-    v_old_mean: Tensor  # 0-d
-    entropy: Tensor  # [B, T] H_old(s_t)
-    weights: Tensor  # [B] w_i
-    loss_cfg: object  # reco_mini.LossConfig, the method's (loss_config)
-    task: object  # the reco_task task
-    tokenizer: object
-
-
-def occurrence_inputs(seq_logprobs: Tensor, mode: str, modes: list[str], responses: list | None,
-                      lengths: Tensor | None, advantages: Tensor | None, apply: str, keys: list | None,
-                      norm: str = "group"):
+def occurrence_inputs(seq_logprobs: Tensor, modes: list[str], apply: str, norm: str, *, mode: str,
+                      responses: list | None, lengths: Tensor | None, advantages: Tensor | None, keys: list | None):
     """reco_mini.occurrence_weights' arguments, checked (ValueError naming the one that is wrong or missing):
     the responses as P*G tuples (given as P*G lists, problem-major, or as P lists of G) or None, and the lengths
     [P, G] in float64 (from the responses when not given) or None."""
@@ -697,13 +681,11 @@ def token_stats(logits: Tensor, targets: Tensor, temperature: float = 1.0, chunk
 
 def check_training(cfg, loss_cfg, model, base_on_device: bool) -> None:
     """reco_mini.train_rl's checks before the first step: the KL term needs the base on the model's device, and
-    --head-chunk > 0 a model whose logits are its lm head on the last hidden state, and no term that reads them."""
+    --head-chunk > 0 a model whose logits are its lm head on the last hidden state."""
     if loss_cfg.kl_coef > 0 and not base_on_device:
         raise ValueError("--kl-coef > 0 needs the base model on the model's device")
     if cfg.head_chunk > 0:
         check_lm_head(model)
-        if loss_cfg.token_ratio == "simko":
-            raise ConfigError("head_chunk", "> 0 keeps no logits, which --token-ratio simko reads")
 
 
 def step_row(step: int, rewards: Tensor, A: Tensor, w: Tensor, v_old_mean: Tensor, entropy: Tensor,

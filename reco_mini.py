@@ -1,20 +1,14 @@
-"""reco_mini.py: GRPO and ReCo (arXiv 2607.26862) end to end, the method in one readable file.
+"""reco_mini.py: GRPO, ReCo (arXiv 2607.26862) and F-GRPO end to end, in one readable file.
 
 GRPO with verl's defaults: G samples per prompt, group-relative advantages, a PPO-clipped token
 surrogate, several mini-batch updates per rollout, token-mean aggregation, no KL. ReCo changes two
 terms: each response's loss is multiplied by w_i, the inverse of its expected copies in its group,
-m_i = 1 + (G - 1) pi_old(y_i|x), normalised to mean 1 in the group (--occurrence-norm: or batch);
-and the ratio r_t = pi_theta / pi_old becomes rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)),
-with the variance V(s) = 1 - sum_v pi(v|s)^2. Departures from the paper's text (docs/design.md §5):
-
-- V is divided by its mean over the rollout batch and capped at c_max = 10;
-- the variance ratio keeps GRPO's trust region: no gradient where GRPO's clip gives none;
-- one lr and clip for every method, verl's GRPO settings, and F-GRPO (arXiv 2602.06717) at gamma 1;
-- ablations: `--token-ratio variance-old`, other counts of copies, positive-only weights;
-- the task: a small Countdown and a tiny transformer (reco_countdown.py), or math with a 1.5B-8B
-  model; reco_task.py puts both behind one interface.
-
-Read in order: config, math (each function beside its equation), rollout, RL loop, evaluation, main.
+m_i = 1 + (G - 1) pi_old(y_i|x), normalised to mean 1 in the group; and the ratio r_t = pi_theta /
+pi_old becomes rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)), V(s) = 1 - sum_v pi(v|s)^2.
+F-GRPO (arXiv 2602.06717) scales a group's advantages by (1 - its success rate)^gamma. The
+departures from the papers' text, and the evidence behind each default: docs/design.md §5. Read in
+order: config, math (each function beside its equation), rollout, RL loop, evaluation, main. The
+studies' trainer, this loop with their hook and the peers' methods, is experiments/lab.py.
 """
 
 from __future__ import annotations
@@ -23,7 +17,6 @@ import copy
 import math
 import random
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -33,9 +26,9 @@ from torch import Tensor
 
 import reco_io  # plumbing: command line, files, models, precision, checks, the table and plot
 import reco_log  # log.jsonl, and TensorBoard / W&B on request
-import reco_variants as variants  # rarely used weights, and the peers' methods
+import reco_variants as variants  # the rarely used response weights
 from reco_io import ConfigError as ConfigError  # raised by reco_io.check; callers catch it here
-from reco_io import RunSettings, Step, default_ks, opt, register, token_stats, tqdm
+from reco_io import RunSettings, default_ks, opt, register, sample, token_stats, tqdm
 from reco_task import TASKS, TaskSettings  # the problems: splits, prompt, reward, keys, labels
 
 METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
@@ -48,8 +41,8 @@ METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
 
 
 @dataclass
-class LossConfig(variants.PeerSettings):  # with the peers' settings (reco_variants)
-    """The policy-loss settings, shared with reco_scaled (its `algo` section)."""
+class LossConfig:
+    """The policy-loss settings, shared with reco_scaled (`algo`) and the TRL and verl plugins."""
 
     occurrence: str = opt("", "response weight m_i (default: the method's)")
     occurrence_apply: str = opt("all", "weigh all responses, or those with A > 0")
@@ -69,8 +62,7 @@ class LossConfig(variants.PeerSettings):  # with the peers' settings (reco_varia
         reco_io.check(self.checks())
 
     def checks(self) -> list[tuple[str, bool, str]]:  # (field, ok, message); reco_scaled's too
-        registries = (OCCURRENCES, TOKEN_RATIOS, ADVANTAGES, PROMPT_GATES, RESPONSE_WEIGHTS)
-        return reco_io.loss_checks(self, *(list(names) for names in registries))
+        return reco_io.loss_checks(self, list(OCCURRENCES), list(TOKEN_RATIOS))
 
 
 def loss_config(cfg: LossConfig, method: str) -> LossConfig:
@@ -85,8 +77,7 @@ def loss_config(cfg: LossConfig, method: str) -> LossConfig:
 
 @dataclass
 class Config(LossConfig, TaskSettings, RunSettings):
-    """Everything reco_mini.py does; every field is a flag (`python reco_mini.py --help`): these,
-    the loss settings, the task's (problems, model, data) and reco_io's (device, memory, log)."""
+    """Every flag of `python reco_mini.py --help`: these, LossConfig's, the task's and reco_io's."""
 
     methods: str = opt("grpo,reco", "comma-separated methods to train, from")
     seed: int = opt(0, "seed of the SFT base, the RL run and the evaluation samples")
@@ -130,23 +121,9 @@ def focal_scale(rewards: Tensor, gamma: float) -> Tensor:
     return (1.0 - mu) ** gamma
 
 
-# The peers' advantages, prompt gates and response weights (reco_variants); defaults: GRPO's.
-ADVANTAGES: dict[str, Callable] = {  # (rewards [P, G], LossConfig) -> A [P, G]
-    "grpo": lambda rewards, cfg: group_advantages(rewards, scale_by_std=not cfg.no_std),
-    "pass-at-k": lambda rewards, cfg: variants.pass_at_k_advantages(rewards, cfg.pass_k),
-}
-PROMPT_GATES: dict[str, Callable] = {  # (problems, rewards [P, G], the run's memory) -> 0/1 [P]
-    "none": lambda problems, rewards, memory: torch.ones(len(problems), device=rewards.device),
-    "zero-success": variants.zero_success_gate,
-}
-RESPONSE_WEIGHTS: dict[str, Callable] = {  # (R, seq_logprobs, lengths [P, G], cfg) -> w [P, G]
-    "none": lambda rewards, lp, lengths, cfg: torch.ones_like(lp),
-    "ucpo": variants.ucpo_response_weights,
-}
-
 # Response level: m_i, the expected copies of y_i in its group, from (summed old log-probs [P, G]
 # float64, lengths [P, G] float64 | None, responses: P*G tuples | None, keys | None) -> m [P, G]
-OCCURRENCES: dict[str, Callable[[Tensor, Tensor | None, list | None, list | None], Tensor]] = {}
+OCCURRENCES: dict = {}
 
 
 @register(OCCURRENCES, "sequence")
@@ -176,14 +153,13 @@ def occurrence_weights(
     norm="group",
     batch_mean=None,
 ) -> Tensor:
-    """ReCo's response weights, no gradient: w_i = (1/m_i) / Z, with m_i from OCCURRENCES[mode],
-    seq_logp [P, G] = sum_t log pi_old(y_it) and, where the mode reads them, responses (P*G token
-    ids), lengths or keys. Z by norm (docs/design.md §3.2): "group", the mean of 1/m_j over y_i's
-    group (each group keeps GRPO's total weight G); "batch", over every response of the rollout
-    batch (batch_mean: that mean, when this call sees a part of the batch); "none", Z = 1.
-    apply="positive": w_i = 1 where advantages <= 0."""
-    args = (seq_logp, mode, list(OCCURRENCES), responses, lengths, advantages, apply, keys)
-    flat, lengths = reco_io.occurrence_inputs(*args, norm)  # checked; the responses as tuples
+    """ReCo's response weights, no gradient: w_i = (1/m_i) / Z, m_i = OCCURRENCES[mode] of seq_logp
+    [P, G] = sum_t log pi_old(y_it) and, where the mode reads them, responses (P*G token ids),
+    lengths or keys. Z by norm (docs/design.md §3.2): "group", the mean of 1/m_j over y_i's group
+    (so each keeps GRPO's total weight G); "batch", over the rollout batch (batch_mean: that mean,
+    given a part of it); "none", 1. apply="positive": w_i = 1 where A <= 0."""
+    given = dict(mode=mode, responses=responses, lengths=lengths, advantages=advantages, keys=keys)
+    flat, lengths = reco_io.occurrence_inputs(seq_logp, list(OCCURRENCES), apply, norm, **given)
     inv_m = 1.0 / OCCURRENCES[mode](seq_logp.detach().double(), lengths, flat, keys)  # [P, G]
     if norm == "group":
         w = inv_m / inv_m.mean(dim=1, keepdim=True)
@@ -197,16 +173,14 @@ def occurrence_weights(
 
 
 def token_logprobs(logits: Tensor, targets: Tensor, temperature: float = 1.0) -> Tensor:
-    """log pi(y_t|s_t) of the temperature-scaled distribution. [B,T,V],[B,T] -> [B,T], in float32
-    (float64 stays float64)."""
+    """log pi(y_t|s_t), pi = softmax(z/tau). [B,T,V],[B,T] -> [B,T] in float32 (float64 stays)"""
     z = logits.double() if logits.dtype == torch.float64 else logits.float()
     logp = F.log_softmax(z / temperature, dim=-1)
     return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
 def variance_stat(logits: Tensor, temperature: float = 1.0) -> Tensor:
-    """V(s) = sum_v pi(v|s)(1 - pi(v|s)) = 1 - sum_v pi(v|s)^2, pi = softmax(z/tau).
-    [..., V] -> [...] in float32 (float64 stays float64)."""
+    """V(s) = sum_v pi(v|s)(1 - pi(v|s)) = 1 - sum_v pi(v|s)^2. [..., V] -> [...], like log pi"""
     z = logits.double() if logits.dtype == torch.float64 else logits.float()
     return 1.0 - F.softmax(z / temperature, dim=-1).square().sum(-1)
 
@@ -241,7 +215,7 @@ class TokenTerms:  # what a token-ratio term may use; [B, T] unless noted
 
 
 # Token level. Signature: (TokenTerms, LossConfig) -> (per-token loss [B, T], rho [B, T] or None)
-TOKEN_RATIOS: dict[str, Callable[[TokenTerms, LossConfig], tuple[Tensor, Tensor | None]]] = {}
+TOKEN_RATIOS: dict = {}
 
 
 @register(TOKEN_RATIOS, "is")
@@ -267,15 +241,12 @@ def variance_old_ratio(t: TokenTerms, cfg: LossConfig) -> tuple[Tensor, Tensor]:
     return rho * importance_ratio(t, cfg)[0], rho
 
 
-TOKEN_RATIOS["simko"] = variants.simko_ratio  # a peer: GRPO's loss, smoothed at uncertain tokens
-
-
 def policy_loss(logp, batch, cfg, v=None, num_tokens=None, num_seqs=None, logits=None, tau=1.0):
-    """GRPO / ReCo surrogate of a (mini- or micro-) batch -> (loss, statistics); cfg: LossConfig.
-    logp, v: [B, T] log pi_theta(y_t), V_theta(s_t). batch: "old_logp", "mask" [B, T], "advantages"
-    [B]; optional "weights" [B], "v_old", "ref_logp", "resp" [B, T], "v_old_mean" (0-d), and what
-    else a token term reads (TokenTerms.batch). logits: [B, T, V] at temperature tau. num_tokens,
-    num_seqs: the whole mini-batch's normaliser, when this batch is a part (micro-batch, rank).
+    """GRPO / ReCo surrogate of a batch -> (loss, statistics); cfg: LossConfig. logp, v: [B, T] log
+    pi_theta(y_t), V_theta(s_t); logits [B, T, V] at temperature tau. batch: "old_logp", "mask" [B,
+    T], "advantages" [B]; optional "weights" [B], "v_old", "ref_logp", "resp" [B, T], "v_old_mean"
+    (0-d), and what else a token term reads (TokenTerms.batch). num_tokens, num_seqs: the mini-
+    batch's normalisers when this batch is a part of it (a micro-batch, a rank's share).
 
       r_t    = exp(clamp(logp - old_logp, -20, 20))
       keep_t = 0 where (r > 1 + eps_high and A > 0) or (r < 1 - eps_low and A < 0)
@@ -288,9 +259,9 @@ def policy_loss(logp, batch, cfg, v=None, num_tokens=None, num_seqs=None, logits
     clipped_high = (r > 1 + cfg.clip_high) & (A > 0)
     clipped_low = (r < 1 - cfg.clip_low) & (A < 0)
     keep = (~(clipped_high | clipped_low)).to(logp.dtype)
-    v_old, v_old_mean, y = batch.get("v_old"), batch.get("v_old_mean"), batch.get("resp")
-    terms = TokenTerms(logp, r, A, keep, v, v_old, v_old_mean, logits, tau, y, mask, batch)
-    loss, rho = TOKEN_RATIOS[cfg.token_ratio](terms, cfg)
+    terms = dict(logp=logp, r=r, A=A, keep=keep, v=v, logits=logits, temperature=tau, mask=mask)
+    terms |= dict(v_old=batch.get("v_old"), v_old_mean=batch.get("v_old_mean"), y=batch.get("resp"))
+    loss, rho = TOKEN_RATIOS[cfg.token_ratio](TokenTerms(**terms, batch=batch), cfg)
     if cfg.dual_clip > 0:  # cap the loss of A < 0 at -C A (zero gradient where it binds)
         loss = torch.where(A < 0, torch.min(loss, -cfg.dual_clip * A), loss)
     if batch.get("weights") is not None:
@@ -309,49 +280,11 @@ def policy_loss(logp, batch, cfg, v=None, num_tokens=None, num_seqs=None, logits
         stats["clip_frac_low"] = (clipped_low * mask).sum() / n
         stats["approx_kl_old"] = ((batch["old_logp"] - logp) * mask).sum() / n
         if rho is not None:
-            stats["rho_mean"] = (rho * mask).sum() / n
-            stats["rho_max"] = (rho * mask).max()
+            stats |= {"rho_mean": (rho * mask).sum() / n, "rho_max": (rho * mask).max()}
     return total, stats
 
 
-# ==== Rollouts: the sampler, then decoding and scoring; the forward over rollout rows.
-# The prompts of a batch differ in length, so the tokenizer pads them on the left (_, mask 0).
-# Every prompt then ends in the same column, L - 1, and each step of the sampler appends one token
-# to every row at once. Positions count from each row's first real token (A and E are 0):
-#     prompt_ids [B, L]        resp [B, T]   (mask 1 up to and including the stop token)
-#     _  _  A  B  C  D   ->    x  y  <eos>
-#     E  F  G  H  I  J   ->    z  <eos>  _   (a finished row gets padding, mask 0)
-@torch.no_grad()
-def sample(model, prompt_ids, prompt_mask, max_new_tokens, temperature, stop_ids, pad_id, gen):
-    """Responses [B, T] and their mask [B, T] to left-padded prompts [B, L], token by token from
-    softmax(logits / tau), a row until its first of `stop_ids`. The KV cache keeps each layer's
-    keys and values, so each step feeds only the new token."""
-    from transformers import DynamicCache
-
-    stop = torch.tensor(stop_ids, device=prompt_ids.device).view(-1)
-    cache, attn = DynamicCache(), prompt_mask
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # [B, L]
-    logits = model(
-        prompt_ids, attention_mask=attn, position_ids=pos, past_key_values=cache, logits_to_keep=1
-    ).logits[:, -1]  # [B, V]: the last position's logits only, not [B, L, V]
-    done = torch.zeros(prompt_ids.shape[0], dtype=torch.bool, device=prompt_ids.device)
-    tokens, alive = [], []
-    for _ in range(max_new_tokens):
-        probs = F.softmax(logits.float() / temperature, dim=-1)  # [B, V]
-        nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)  # [B]
-        alive.append(~done)
-        tokens.append(torch.where(done, pad_id, nxt))
-        done = done | torch.isin(nxt, stop)
-        if done.all():
-            break
-        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-        pos = pos[:, -1:] + 1
-        logits = model(
-            tokens[-1][:, None], attention_mask=attn, position_ids=pos, past_key_values=cache
-        ).logits[:, -1]
-    return torch.stack(tokens, 1), torch.stack(alive, 1).long()
-
-
+# ==== Rollouts: sampling (reco_io.sample: left-padded prompts), scoring; forwards over rollout rows
 def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Generator) -> dict:
     """n samples per problem (problem-major), decoded and scored by the task."""
     task = TASKS[cfg.task]
@@ -361,9 +294,9 @@ def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Ge
     enc = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=bos)
     prompt_ids, prompt_mask = enc.input_ids.to(cfg.device), enc.attention_mask.to(cfg.device)
     stop_ids, pad_id = task.stop_ids(tokenizer, model), tokenizer.pad_token_id
-    limit, tau = cfg.max_new_tokens, cfg.temperature
+    how = dict(temperature=cfg.temperature, stop_ids=stop_ids, pad_id=pad_id, gen=gen)
     with reco_io.autocast(cfg.device, cfg.dtype):
-        resp, mask = sample(model, prompt_ids, prompt_mask, limit, tau, stop_ids, pad_id, gen)
+        resp, mask = sample(model, prompt_ids, prompt_mask, cfg.max_new_tokens, **how)
     resp, mask = task.trim(flat, resp, mask, tokenizer)  # code: cut after its stop sequence
     texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
     rewards = torch.tensor(task.rewards(flat, texts), device="cpu").view(len(problems), n)
@@ -379,20 +312,19 @@ def response_logits(model, prompt_ids, prompt_mask, resp, resp_mask, hidden=Fals
     pos = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding: positions start at the first token
     net = model.get_decoder() if hidden else model
     out = net(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False)
-    L = prompt_ids.shape[1]
-    return (out.last_hidden_state if hidden else out.logits)[:, L - 1 : -1]
+    return (out.last_hidden_state if hidden else out.logits)[:, prompt_ids.shape[1] - 1 : -1]
 
 
 def policy_stats(cfg: Config, model, seqs: tuple, rows: Tensor, entropy: bool = False):
     """log pi(y_t) (with gradient where enabled), V(s_t) and, if asked, H(s_t) [B, T] of the rollout
     rows `rows` (seqs: prompt_ids, prompt_mask, resp, mask), and the logits [B, T, V]. --head-chunk
     N > 0: reco_io's memory-saving path, the lm head N row-tokens at a time, no logits kept."""
-    prompt_ids, prompt_mask, resp, resp_mask = (x[rows] for x in seqs)
+    prompt_ids, prompt_mask, resp, mask = (x[rows] for x in seqs)
     if cfg.head_chunk > 0:
-        hidden = response_logits(model, prompt_ids, prompt_mask, resp, resp_mask, hidden=True)
+        hidden = response_logits(model, prompt_ids, prompt_mask, resp, resp_mask=mask, hidden=True)
         head = model.get_output_embeddings()
-        return *token_stats(hidden, resp, cfg.temperature, cfg.head_chunk, head), None
-    logits = response_logits(model, prompt_ids, prompt_mask, resp, resp_mask)
+        return *token_stats(hidden, resp, cfg.temperature, cfg.head_chunk, head=head), None
+    logits = response_logits(model, prompt_ids, prompt_mask, resp, resp_mask=mask)
     logp = token_logprobs(logits, resp, cfg.temperature)
     v = variance_stat(logits.detach(), cfg.temperature)
     h = token_entropy(logits, cfg.temperature) if entropy else None
@@ -409,31 +341,28 @@ def old_stats(cfg: Config, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
 
 
 # ==== RL: rollout -> reward -> advantage -> old statistics -> weights -> updates -> log
-def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None, on_step=None):
-    """Train `model` with `method` on `problems` (docs/design.md §2): a row per step in
-    run_dir/log.jsonl; Pass@k on `evals` every cfg.eval_every steps in trajectory.jsonl. `base`
-    serves the KL term and kl_base on the model's device. on_step: a study's hook (below)."""
+def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None):
+    """Train `model` with `method` on `problems` (docs/design.md §2): a row per step in log.jsonl
+    and Pass@k on `evals` every cfg.eval_every steps in trajectory.jsonl, in run_dir."""
     loss_cfg = loss_config(cfg, method)
     task = TASKS[cfg.task]
     rng = random.Random(cfg.seed)  # draws the prompts of each step
     gen = torch.Generator(cfg.device).manual_seed(cfg.seed)  # the samples and the mini-batches
-    solved = set()  # the prompt gate's memory: problems with a success in an earlier step
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    P, G = cfg.prompts_per_step, cfg.group_size
+    P, G, tau = cfg.prompts_per_step, cfg.group_size, cfg.temperature
     log = reco_log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
     trajectory = reco_io.Trajectory(run_dir, cfg.eval_every if evals else 0)
-    base_on_device = base is not None and base.device == model.device
+    base_on_device = base is not None and base.device == model.device  # the KL term, kl_base
     reco_io.check_training(cfg, loss_cfg, model, base_on_device)
     for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
         t0 = time.time()
         # Rollout and reward: G responses to each of P prompts, scored by the task's verifier
         step_problems = rng.sample(problems, P)
-        r = rollout(cfg, model, tokenizer, step_problems, G, gen)
+        r = rollout(cfg, model, tokenizer, step_problems, n=G, gen=gen)
         rewards = r["rewards"]  # [P, G]
-        # Advantage, times F-GRPO's focal scale (1 at gamma 0) and the prompt gate (1: none)
-        A = ADVANTAGES[loss_cfg.advantage](rewards, loss_cfg)
+        # Advantage, times F-GRPO's focal scale (1 at gamma 0)
+        A = group_advantages(rewards, scale_by_std=not loss_cfg.no_std)
         A = A * focal_scale(rewards, loss_cfg.focal_gamma)[:, None]
-        A = A * PROMPT_GATES[loss_cfg.prompt_gate](step_problems, rewards, solved)[:, None]
         A = A.flatten().to(cfg.device)  # [P*G]
         t1 = time.time()
         # Old statistics of every response token, without gradient: the policy is pi_old here
@@ -444,30 +373,17 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None,
         v_old_mean = (v_old * mask).sum() / mask.sum()  # over every response token of the batch
         if loss_cfg.variance_norm == "none":
             v_old_mean = torch.ones((), device=cfg.device)
-        # Weights: ReCo's w_i from the summed old log-probs, times a peer's (1: none)
+        # Weights: ReCo's w_i from the summed old log-probs (1 for GRPO)
         seq_logp, lengths = (old_logp * mask).sum(-1).view(P, G), mask.sum(-1).view(P, G)
         responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
         canonical = loss_cfg.occurrence == "canonical"
         keys = task.canonical_keys(step_problems, G, r["texts"]) if canonical else None
-        w = occurrence_weights(
-            seq_logp,
-            mode=loss_cfg.occurrence,
-            responses=responses,
-            lengths=lengths,
-            advantages=A.view(P, G),
-            apply=loss_cfg.occurrence_apply,
-            keys=keys,
-            norm=loss_cfg.occurrence_norm,
-        )
-        w = w * RESPONSE_WEIGHTS[loss_cfg.response_weight](rewards, seq_logp, lengths, loss_cfg)
-        w = w.flatten()  # [P*G]
-        # A study's hook gets the step; it returns fields to log and, under "batch", loss inputs
-        rolled = (step_problems, G, r["texts"], r["resp"], mask, responses, rewards, A)
-        computed = (old_logp, v_old, v_old_mean, entropy, w, loss_cfg, task, tokenizer)
-        hooked = on_step(Step(*rolled, *computed)) if on_step else {}
+        given = dict(responses=responses, lengths=lengths, advantages=A.view(P, G), keys=keys)
+        how = dict(apply=loss_cfg.occurrence_apply, norm=loss_cfg.occurrence_norm)
+        w = occurrence_weights(seq_logp, loss_cfg.occurrence, **given, **how).flatten()  # [P*G]
         # Updates: cfg.epochs passes over the batch, each a random split into mini-batches
         batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old)
-        batch |= dict(resp=r["resp"], ref_logp=ref_logp, **hooked.pop("batch", {}))
+        batch |= dict(resp=r["resp"], ref_logp=ref_logp)
         stats, t2 = {}, time.time()  # name -> one value per update (policy_loss's: per micro-batch)
         with reco_io.training(model, cfg.gradient_checkpointing):
             for _ in range(cfg.epochs):
@@ -475,14 +391,13 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None,
                 for idx in order.chunk(cfg.minibatches):
                     optimizer.zero_grad()
                     loss = 0.0
-                    n_tokens, n_seqs = mask[idx].sum(), len(idx)  # the mini-batch's, not the part's
+                    mini = dict(num_tokens=mask[idx].sum(), num_seqs=len(idx))  # its normalisers
                     for mic in idx.split(cfg.micro_batch or len(idx)):  # gradients add up
                         with reco_io.autocast(cfg.device, cfg.dtype):  # --dtype
                             logp, v, _, logits = policy_stats(cfg, model, seqs, mic)
                         mb = {k: x[mic] for k, x in batch.items() if x is not None}
                         mb["v_old_mean"] = v_old_mean
-                        tau = cfg.temperature
-                        part, s = policy_loss(logp, mb, loss_cfg, v, n_tokens, n_seqs, logits, tau)
+                        part, s = policy_loss(logp, mb, loss_cfg, v, logits=logits, tau=tau, **mini)
                         part.backward()
                         loss += part.item()
                         for k, x in s.items():
@@ -495,14 +410,16 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None,
                     stats.setdefault("loss", []).append(loss)
         if (step + 1) % 10 == 0 or step + 1 == cfg.steps:
             reco_io.save_atomic(model.state_dict(), run_dir / "model.pt")
-        # Log: the step's statistics (docs/design.md §2 lists them), the hook's and the updates'
+        # Log: the step's statistics (docs/design.md §2 lists them) and the updates' means
         kl_base = k3(old_logp, ref_logp) if base_on_device else None
-        row = reco_io.step_row(step, rewards, A, w, v_old_mean, entropy, kl_base, mask)
-        row |= hooked | reco_io.update_summary(stats)  # the updates' means, and largest *_max
+        tokens = dict(v_old_mean=v_old_mean, entropy=entropy, kl_base=kl_base, mask=mask)
+        row = reco_io.step_row(step, rewards, A, w, **tokens)
+        row |= reco_io.update_summary(stats)  # the updates' means, and largest *_max
         row |= {"time_rollout": t1 - t0, "time_old_stats": t2 - t1, "time_update": time.time() - t2}
         log.log(row)
         if trajectory.due(step + 1):
-            trajectory.write(step + 1, evaluate(cfg, model, tokenizer, evals, f"step {step + 1}"))
+            result = evaluate(cfg, model, tokenizer, evals, desc=f"step {step + 1}")
+            trajectory.write(step + 1, result)
     log.close()
     model.zero_grad(set_to_none=True)  # free the gradients for what follows (evaluation)
     return model
@@ -522,8 +439,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 @torch.no_grad()
 def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
     """Pass@k over `problems` from cfg.n_eval samples each, mean accuracy, distinct correct answers,
-    solved-any, and per problem the correct count (and per form, where the task has forms). At
-    most cfg.eval_batch responses at once: several problems per call, or one's n in chunks."""
+    solved-any, per problem the correct count (and per form, if the task has forms); at most
+    cfg.eval_batch responses at once: several problems a call, or one's n in chunks."""
     seed = cfg.seed + 1 if cfg.eval_seed < 0 else cfg.eval_seed
     gen = torch.Generator(cfg.device).manual_seed(seed)  # the same samples for every model
     task, n = TASKS[cfg.task], cfg.n_eval
@@ -533,14 +450,13 @@ def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
         group = problems[i : i + per_call]
         correct = [[] for _ in group]  # the texts of each problem's correct samples
         for s in range(0, n, chunk):
-            part = rollout(cfg, model, tokenizer, group, min(chunk, n - s), gen)
+            part = rollout(cfg, model, tokenizer, group, n=min(chunk, n - s), gen=gen)
             m = part["rewards"].shape[1]  # samples of each problem, problem-major
             for j, good in enumerate(part["rewards"].bool().tolist()):
                 correct[j] += [t for t, ok in zip(part["texts"][j * m : (j + 1) * m], good) if ok]
-        for problem, texts in zip(group, correct):
-            counts.append(len(texts))
-            distinct.append(len(set(texts)))
-            forms.append(task.forms(problem, texts))
+        counts += [len(texts) for texts in correct]
+        distinct += [len(set(texts)) for texts in correct]
+        forms += [task.forms(problem, texts) for problem, texts in zip(group, correct)]
     ks = [int(k) for k in cfg.ks.split(",")] if cfg.ks else default_ks(n)
     curve = {str(k): sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
     result = {"pass_at_k": curve, "mean_accuracy": sum(counts) / (n * len(counts))}
@@ -566,15 +482,15 @@ def main(argv: list[str] | None = None) -> dict:
     splits = task.splits(cfg)
     tokenizer, base = task.base(cfg, splits)  # --model's, or a tiny model built here; frozen
     results = {"config": asdict(cfg), "methods": {}}
-    results["methods"]["base"] = evaluate(cfg, base, tokenizer, splits["test"], "base")
+    results["methods"]["base"] = evaluate(cfg, base, tokenizer, splits["test"], desc="base")
     base.to(cfg.device if cfg.kl_coef > 0 else "cpu")  # on the device for the KL term only
     for method in cfg.method_list:
         (out / method).mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.seed)
         model = copy.deepcopy(base).to(cfg.device).requires_grad_(True)
-        val = splits.get("val")
-        train_rl(cfg, method, model, base, tokenizer, splits["train"], out / method, val)
-        results["methods"][method] = evaluate(cfg, model, tokenizer, splits["test"], method)
+        data = dict(problems=splits["train"], run_dir=out / method, evals=splits.get("val"))
+        train_rl(cfg, method, model, base, tokenizer=tokenizer, **data)
+        results["methods"][method] = evaluate(cfg, model, tokenizer, splits["test"], desc=method)
     results["wall_time_s"] = round(time.time() - start, 1)
     reco_io.write_results(results, out)  # results.json, the Pass@k table and plot
     return results

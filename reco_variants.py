@@ -2,10 +2,12 @@
 the peers' methods that the positive-control study puts beside GRPO and ReCo (issue 42).
 
 Each occurrence mode gives m_i, the expected copies of y_i in its group, with the signature of reco_mini.OCCURRENCES;
-each peer is one function of the kind its registry takes (an advantage, a prompt gate, a response weight, a token
-term), and PeerSettings their settings, which reco_mini.LossConfig inherits. reco_mini files them in its registries, in
-the order of its flags' help. This module imports nothing of reco_mini (only reco_io's `opt`): run as a
-script, reco_mini.py is __main__, and an `import reco_mini` here would load a second copy with its own registries.
+reco_mini files them in OCCURRENCES, in the order of its flag's help. Each peer is one function of the kind its registry
+takes (an advantage, a prompt gate, a response weight, a token term), and PeerSettings their settings (PEER_NUMBERS and
+PEER_CHOICES their allowed values): experiments/lab.py, the research trainer, files them in its registries and adds the
+settings to reco_mini's Config; reco_mini itself runs none of them. This module imports nothing of reco_mini (only
+reco_io's `opt` and `Allowed`): run as a script, reco_mini.py is __main__, and an `import reco_mini` here would load a
+second copy with its own registries.
 """
 from __future__ import annotations
 
@@ -15,13 +17,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from reco_io import opt
+from reco_io import POSITIVE, Allowed, opt
 
 
 @dataclass
 class PeerSettings:
-    """The peers' settings, flags of reco_mini.LossConfig (which adds ReCo's and GRPO's to them); their values are
-    checked by reco_io.loss_checks, and --help lists the choices from reco_mini's registries."""
+    """The peers' settings: flags of experiments/lab.py (its LossConfig and Config add them to reco_mini's), which checks
+    them (PEER_NUMBERS, PEER_CHOICES and its registries) and lists them in --help's "peers" group."""
     advantage: str = opt("grpo", "group advantage (pass-at-k: Pass@k training's)")
     pass_k: int = opt(4, "k of --advantage pass-at-k, at most the group size")
     prompt_gate: str = opt("none", "the prompts updated (zero-success: those never solved)")
@@ -33,6 +35,19 @@ class PeerSettings:
     simko_lambda: float = opt(1.1, "SimKO's lambda: the penalty on an incorrect top-1 token")
     simko_quantile: float = opt(0.8, "SimKO acts above this quantile of a response's entropies")
     simko_scale: str = opt("advantage", "lambda scales advantage (authors' code) or ratio (Eq. 5)")
+
+
+# The allowed values of the peers' numeric settings (a new one fails tests/test_validation.py until it gets its rule),
+# and the settings with a fixed set of values that no registry holds.
+PEER_NUMBERS = {
+    "pass_k": Allowed(1),
+    "ucpo_tau": Allowed(0, 1),
+    "simko_k": Allowed(1),
+    "simko_alpha": Allowed(0, 1),
+    "simko_lambda": POSITIVE,
+    "simko_quantile": Allowed(0, 1),
+}
+PEER_CHOICES = {"ucpo_score": ("mean", "sum"), "simko_scale": ("advantage", "ratio")}
 
 
 def copies_token_mean(lp: Tensor, lengths: Tensor, responses, keys) -> Tensor:
@@ -53,7 +68,7 @@ def copies_canonical(lp: Tensor, lengths, responses, keys: list) -> Tensor:
     return copies_count(lp, lengths, keys)
 
 
-# ==== Peer methods (issue 42): each one function, filed by reco_mini in the registry of its kind; the positive control's
+# ==== Peer methods (issue 42): each one function, filed by experiments/lab.py in the registry of its kind; the positive control's
 # arms (experiments/control_study.py). Binary rewards: a response is correct where R > 0.
 
 def pass_at_k_advantages(rewards: Tensor, k: int) -> Tensor:
@@ -117,7 +132,7 @@ def ucpo_weights(rewards: Tensor, seq_logprobs: Tensor, lengths: Tensor, tau: fl
 
 
 def ucpo_response_weights(rewards: Tensor, seq_logprobs: Tensor, lengths: Tensor, cfg) -> Tensor:
-    """reco_mini.RESPONSE_WEIGHTS["ucpo"]: ucpo_weights with the LossConfig's tau and score (--ucpo-tau, --ucpo-score)."""
+    """lab.RESPONSE_WEIGHTS["ucpo"]: ucpo_weights with the LossConfig's tau and score (--ucpo-tau, --ucpo-score)."""
     return ucpo_weights(rewards, seq_logprobs, lengths, cfg.ucpo_tau, cfg.ucpo_score == "mean")
 
 
@@ -132,10 +147,10 @@ def simko_ratio(t, cfg) -> tuple[Tensor, None]:
       incorrect (A < 0), y_t the policy's top-1 token:  A *= lambda (the authors' code; Eq. 5 scales g instead:
                                  --simko-scale ratio)
 
-    t: reco_mini.TokenTerms with the policy's logits, y and mask; cfg: its LossConfig (simko_* fields)."""
+    t: reco_mini.TokenTerms with the policy's logits, y and mask; cfg: lab.LossConfig (simko_* fields)."""
     if t.logits is None:
-        raise ValueError("token ratio 'simko' needs the policy's logits (reco_mini's default path, --head-chunk 0); "
-                         "this trainer does not provide them")
+        raise ValueError("token ratio 'simko' needs the policy's logits (experiments/lab.py's default path, --head-chunk "
+                         "0); this trainer does not provide them")
     z = t.logits.double() if t.logits.dtype == torch.float64 else t.logits.float()
     logp_all = torch.log_softmax(z / t.temperature, dim=-1)  # [B, T, V], with gradient
     with torch.no_grad():

@@ -3,7 +3,7 @@ pre-registration in docs/control_study.md, written before any run).
 
 Countdown, reco_mini's default task (TASK_RULE chose it: GRPO's collapse on validation is largest there), on a committed
 SFT base (results/control_study_base.pt), eight arms (ARMS: GRPO, F-GRPO, four peers with published coverage gains, ReCo,
-ReCo with positive-only weights), each one registered function and a flag of reco_mini. Phases:
+ReCo with positive-only weights), each one registered function and a flag of experiments/lab.py. Phases:
 
   base     the base's evaluation on the validation and test splits (the stall rule's reference)
   select   per arm, lr in LRS x SELECT_SEEDS on the validation split; SELECTION_RULE picks each arm's lr
@@ -16,7 +16,7 @@ A second family (--family code-tiny; amendment 1, constants CODE): the same arms
 its lr and every arm at it, no where phase, its own Holm family; it runs after the first has finished, within what that
 left of the budget (CODE_BUDGET_RULE).
 
-Every run evaluates its policy at EVAL_STEPS (WHERE_STEPS in the where phase) through reco_mini's per-step hook, so the
+Every run evaluates its policy at EVAL_STEPS (WHERE_STEPS in the where phase) through lab.train_rl's per-step hook, so the
 early steps, where GRPO loses most of its Pass@256, are on every trajectory. Runs write <out>/base-<sha12>/.../result.json
 atomically and the summary writes every finished run to results/control_study_runs.jsonl.gz, which the next start
 restores: the study stops and resumes across sessions (experiments/long_study.py's pool and archive).
@@ -43,6 +43,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 import fork_study as fs  # noqa: E402  (its stall rule, Fisher test, selection with stalls, frontier band)
+import lab  # noqa: E402
 import long_study as ls  # noqa: E402
 from analysis import COLLAPSE_WINDOW, divergence, finite_or_none, holm, read_jsonl, summarize  # noqa: E402
 from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  # noqa: E402
@@ -174,7 +175,7 @@ def where_specs(plan: dict, choices: dict) -> list[dict]:
 
 
 def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, logged: list[str] | None = None) -> dict:
-    """Train one spec with reco_mini.train_rl, evaluating through its per-step hook at the plan's steps (the hook runs
+    """Train one spec with lab.train_rl, evaluating through its per-step hook at the plan's steps (the hook runs
     before a step's updates: at call s the policy has had s updates), or evaluate the base. The where phase also
     evaluates the problems of the first step's batch ("trained"). Writes result.json atomically and returns it.
     Another study passes its own `arms` (arm -> method, flags) and the log fields it keeps (default: ARMS, LOGGED)."""
@@ -186,12 +187,12 @@ def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, logged:
     common = [*plan["task_flags"], *plan["flags"], "--n-eval", str(plan["n_eval"]),
               "--eval-seed", str(EVAL_SEED_BASE + spec["seed"])]
     if spec["arm"] == "base":
-        cfg = rm.parse_config([*common, "--seed", "0", "--methods", ""])
+        cfg = lab.parse_config([*common, "--seed", "0", "--methods", ""])
         trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], "base")}]
     else:
         method, extra = (arms or ARMS)[spec["arm"]]
-        cfg = rm.parse_config([*common, *extra, "--method", method, "--seed", str(spec["seed"]), "--lr", str(spec["lr"]),
-                               "--steps", str(plan["steps"]), "--out", str(path)])
+        cfg = lab.parse_config([*common, *extra, "--method", method, "--seed", str(spec["seed"]), "--lr", str(spec["lr"]),
+                                "--steps", str(plan["steps"]), "--out", str(path)])
         torch.manual_seed(spec["seed"])
         model = copy.deepcopy(base).requires_grad_(True)
         where = spec["phase"] == "where"
@@ -203,7 +204,7 @@ def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, logged:
                 row = rm.evaluate(cfg, model, tokenizer, problems, f"{name} step {step}")
                 trajectory.append({"step": step, **({"set": name} if where else {}), **{k: row[k] for k in KEEP if k in row}})
 
-        def on_step(step: rm.Step) -> dict:
+        def on_step(step: lab.Step) -> dict:
             if where and calls[0] == 0:
                 sets["trained"] = list(step.problems)  # the first batch: trained on from step 1
             if calls[0] in at:
@@ -211,7 +212,7 @@ def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, logged:
             calls[0] += 1
             return {}
         try:
-            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, on_step=on_step)
+            lab.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, on_step=on_step)
             if plan["steps"] in at:
                 evaluate(plan["steps"])
         except SystemExit as exc:  # reco_mini stops before a non-finite gradient reaches the weights
@@ -456,14 +457,14 @@ def timing_run(plan: dict) -> dict:
     out, arms = Path(plan["out"]) / "timing", {}
     for a in [plan["arms"][0], *plan["arms"]]:  # the first arm twice: its first run pays the start-up
         method, extra = ARMS[a]
-        cfg = rm.parse_config([*plan["task_flags"], *plan["flags"], *extra, "--method", method, "--steps", "5",
-                               "--out", str(out)])
+        cfg = lab.parse_config([*plan["task_flags"], *plan["flags"], *extra, "--method", method, "--steps", "5",
+                                "--out", str(out)])
         (out / a).mkdir(parents=True, exist_ok=True)
         model = copy.deepcopy(ctx["base"]).requires_grad_(True)
         start = time.time()
-        rm.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], out / a)
+        lab.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], out / a)
         arms[a] = {"s_per_step": (time.time() - start) / 5}
-    cfg = rm.parse_config([*plan["task_flags"], *plan["flags"], "--n-eval", str(plan["n_eval"])])
+    cfg = lab.parse_config([*plan["task_flags"], *plan["flags"], "--n-eval", str(plan["n_eval"])])
     start = time.time()
     rm.evaluate(cfg, ctx["base"], ctx["tokenizer"], ctx["splits"]["val"], "timing")
     timing = {"arms": arms, f"s_per_eval_n{plan['n_eval']}": time.time() - start, "torch_threads": torch.get_num_threads(),

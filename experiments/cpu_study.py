@@ -1,10 +1,10 @@
 """experiments/cpu_study.py: a multi-seed study of GRPO vs ReCo, and of each ReCo fix alone, on reco_mini's CPU task.
 
-Every (variant, seed) run goes through reco_mini's own functions: parse_config, then train_rl on a copy of the SFT
-base, then evaluate on the held-out test split. All runs share ONE SFT base, reco_mini's cached base for seed 0: a
-seed changes the RL run (rollout sampling, mini-batch order) and the evaluation sampling, not the base, so paired
-differences between variants measure the RL method and nothing else. Every variant gets the same budget, reco_mini's
-defaults plus --extra-args; nothing is tuned per method.
+Every (variant, seed) run goes through experiments/lab.py (reco_mini's loop with the studies' hook): parse_config, then
+train_rl on a copy of the SFT base, then evaluate on the held-out test split. All runs share ONE SFT base, reco_mini's
+cached base for seed 0: a seed changes the RL run (rollout sampling, mini-batch order) and the evaluation sampling, not
+the base, so paired differences between variants measure the RL method and nothing else. Every variant gets the same
+budget, reco_mini's defaults plus --extra-args; nothing is tuned per method.
 
 Outputs: <out>/<variant>/seed<k>/result.json and log.jsonl (finished runs are skipped on a rerun), the summary JSON
 (--results) with a PNG beside it, and, with --write-readme, the docs/results.md text between the cpu-study markers.
@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+import lab  # noqa: E402
 from analysis import COLLAPSE_WINDOW, divergence, finite_or_none, summarize  # noqa: E402
 from diagnostics import on_step  # noqa: E402
 
@@ -123,14 +124,14 @@ def extremes(logs: dict[int, list[dict]], grad_clip: float) -> dict[str, float |
 # Running one (variant, seed)
 # =============================================================================
 
-def run_config(variant: str, seed: int, flags: list[str], run_dir: Path) -> rm.Config:
+def run_config(variant: str, seed: int, flags: list[str], run_dir: Path) -> lab.Config:
     method, variant_flags = VARIANTS[variant]
-    return rm.parse_config([*flags, *variant_flags, "--seed", str(seed), "--methods", method or "", "--out", str(run_dir)])
+    return lab.parse_config([*flags, *variant_flags, "--seed", str(seed), "--methods", method or "", "--out", str(run_dir)])
 
 
 def load_context(flags: list[str]) -> dict:
     """Tokenizer, splits and the one SFT base shared by every run (reco_mini's cached base for seed 0)."""
-    cfg = rm.parse_config([*flags, "--seed", "0"])
+    cfg = lab.parse_config([*flags, "--seed", "0"])
     splits, tokenizer = make_splits(cfg), char_tokenizer()
     base = load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"])).requires_grad_(False)
     return {"splits": splits, "tokenizer": tokenizer, "base": base}
@@ -146,7 +147,7 @@ def run_one(variant: str, seed: int, flags: list[str], ctx: dict, run_dir: Path)
     if method is not None:
         model = copy.deepcopy(base).requires_grad_(True)
         try:
-            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], run_dir, on_step=on_step)
+            lab.train_rl(cfg, method, model, base, tokenizer, splits["train"], run_dir, on_step=on_step)
         except SystemExit as exc:  # reco_mini stops before a non-finite gradient reaches the weights
             stopped = str(exc.code)
     result = {"variant": variant, "method": method, "seed": seed, "config": asdict(cfg), "stopped": stopped,
@@ -219,7 +220,7 @@ def aggregate(runs: dict[str, dict[int, dict]], logs: dict[str, dict[int, list[d
             diff = {s: {k: None if x is None or measures[REFERENCE][s][k] is None else x - measures[REFERENCE][s][k]
                         for k, x in measures[v][s].items()} for s in seeds}
             paired[f"{v} - {REFERENCE}"] = measure_stats(diff)
-    shared = rm.parse_config([*flags, "--seed", "0"])
+    shared = lab.parse_config([*flags, "--seed", "0"])
     stability = {}
     for v, by_seed in logs.items():
         if VARIANTS[v][0] is None:

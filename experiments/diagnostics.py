@@ -1,8 +1,8 @@
-"""experiments/diagnostics.py: the studies' per-step diagnostics, behind reco_mini.train_rl's on_step hook.
+"""experiments/diagnostics.py: the studies' per-step diagnostics, behind experiments/lab.py's on_step hook.
 
-`on_step(step)` is the hook the studies pass (`rm.train_rl(..., on_step=on_step)`): it reads the task's canonical keys
+`on_step(step)` is the hook the studies pass (`lab.train_rl(..., on_step=on_step)`): it reads the task's canonical keys
 and token classes and returns the fields step_diagnostics computes, which train_rl merges into the step's log row.
-A plain `python reco_mini.py` passes no hook and computes none of this.
+reco_mini has no hook: `python reco_mini.py` computes none of this.
 """
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+import lab  # noqa: E402
+
 import reco_mini as rm  # noqa: E402
 from reco_countdown import TOKEN_CLASSES, duplicate_rate  # noqa: E402
 
 
-def on_step(step: rm.Step, select: torch.Tensor | None = None) -> dict[str, float | None]:
-    """The diagnostics of one RL step (reco_mini.Step), every occurrence mode's weights included; `select`: the tokens
+def on_step(step: lab.Step, select: torch.Tensor | None = None) -> dict[str, float | None]:
+    """The diagnostics of one RL step (lab.Step), every occurrence mode's weights included; `select`: the tokens
     [B, T] of a token term that acts on some tokens only (fork_arms.on_step passes its arm's)."""
     P, G = step.rewards.shape
     keys = step.task.canonical_keys(step.problems, G, step.texts)

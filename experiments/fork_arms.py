@@ -14,7 +14,7 @@ registers, before any parse_config:
   occurrence weights with GRPO's ratio: ReCo's response term alone)
 
 An arm's tokens s_t reach its loss from outside reco_mini: `on_step`, the study's hook, computes them once a step
-(SELECTS) and returns them under "batch", which reco_mini.train_rl adds to the update's batch; policy_loss hands the
+(SELECTS) and returns them under "batch", which lab.train_rl adds to the update's batch; policy_loss hands the
 batch to the token term as TokenTerms.batch, where the arm reads "select". `ROLLOUT_SCALES` gives each token ratio's
 on-policy scale at rollout time (r = 1, keep = 1), from which `on_step` logs, next to the studies' own diagnostics
 (diagnostics.on_step), every arm's own update share by token class and the selected tokens' precision and recall for
@@ -31,6 +31,7 @@ from torch import Tensor
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 import diagnostics  # noqa: E402
 import fork_detect  # noqa: E402
+import lab  # noqa: E402
 from fork_detect import fork_tokens, token_classes, top_share  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
@@ -40,7 +41,7 @@ ENTROPY_TOP_SHARE = 0.2
 DETECTOR: dict = {}  # the detected arm's detector: {"name": a fork_detect.DETECTORS key, "share": tokens flagged}
 
 
-def entropy_top(step: rm.Step) -> Tensor:
+def entropy_top(step: lab.Step) -> Tensor:
     return top_share(step.entropy, step.mask, ENTROPY_TOP_SHARE)
 
 
@@ -50,7 +51,7 @@ def use_detector(name: str, share: float) -> None:
     DETECTOR.update(name=name, share=share)
 
 
-def detected_forks(step: rm.Step) -> Tensor:
+def detected_forks(step: lab.Step) -> Tensor:
     if not DETECTOR:
         raise RuntimeError("variance-fork-detected: no detector chosen (fork_arms.use_detector, from the study's detect phase)")
     return top_share(fork_detect.DETECTORS[DETECTOR["name"]](step), step.mask, DETECTOR["share"])
@@ -63,7 +64,7 @@ SELECTS = {  # token ratio -> its tokens s_t, a [B, T] 0/1 mask from the step
 def _selected(t: rm.TokenTerms, cfg: rm.LossConfig) -> Tensor:
     if t.batch.get("select") is None:
         raise ValueError(f"token ratio {cfg.token_ratio!r} needs the batch's 'select' mask (fork_arms.on_step returns "
-                         "it under 'batch' and reco_mini.train_rl adds it to the batch); this trainer does not provide it")
+                         "it under 'batch' and lab.train_rl adds it to the batch); this trainer does not provide it")
     return t.batch["select"]
 
 
@@ -93,7 +94,7 @@ rm.METHODS |= {
 }
 
 
-def _variance_scale(step: rm.Step) -> Tensor:
+def _variance_scale(step: lab.Step) -> Tensor:
     return torch.clamp(step.v_old / step.v_old_mean, max=step.loss_cfg.variance_cap)
 
 
@@ -114,8 +115,8 @@ def class_shares(size: Tensor, cls: Tensor, mask: Tensor) -> dict[str, float | N
     return {c: (size[live & (cls == k)].sum() / total).item() if total > 0 else None for k, c in enumerate(TOKEN_CLASSES)}
 
 
-def on_step(step: rm.Step) -> dict:
-    """reco_mini.train_rl's per-step hook for every arm of the study: the arm's tokens under "batch" (its "select"
+def on_step(step: lab.Step) -> dict:
+    """lab.train_rl's per-step hook for every arm of the study: the arm's tokens under "batch" (its "select"
     mask, for the arm's token term; arms that select none add nothing), and the fields to log:
 
       arm_share_<class>   the class's share of sum_t |w_i scale_t A_i|, scale = ROLLOUT_SCALES[the arm's token ratio]

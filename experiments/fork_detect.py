@@ -1,6 +1,6 @@
 """experiments/fork_detect.py: label-free fork detectors and their precision and recall (issue 34, item 2).
 
-A detector scores each response token of one rollout batch (a reco_mini.Step) from what the batch holds: sampled
+A detector scores each response token of one rollout batch (a lab.Step) from what the batch holds: sampled
 tokens, rewards and advantages, old log-probs, V_old and entropy; never the task's labels. It flags the
 highest-scoring tokens (`top_share`). Candidates (DETECTORS), fixed before any table was seen (docs/fork_study.md):
 
@@ -26,8 +26,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import reco_mini as rm  # noqa: E402
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
+import lab  # noqa: E402
+
 from reco_countdown import TOKEN_CLASSES  # noqa: E402
 
 QUALIFY_F1 = 0.5
@@ -40,7 +41,7 @@ SELECTION_RULE = (
     "If the chosen candidate does not qualify, the detected arm is dropped and the table is the finding.")
 
 
-def token_classes(step: rm.Step) -> Tensor:
+def token_classes(step: lab.Step) -> Tensor:
     """[B, T] long: each response token's index in TOKEN_CLASSES; "other" past a response's labels or without any."""
     labels = step.task.token_labels(step.problems, step.group_size, step.texts, step.resp, step.mask, step.tokenizer)
     cls = torch.full(step.mask.shape, TOKEN_CLASSES.index("other"), dtype=torch.long, device=step.mask.device)
@@ -49,7 +50,7 @@ def token_classes(step: rm.Step) -> Tensor:
     return cls
 
 
-def fork_tokens(step: rm.Step) -> Tensor:
+def fork_tokens(step: lab.Step) -> Tensor:
     """[B, T] float 0/1: the fork tokens by the task's labels (none in a response outside the grammar)."""
     return ((token_classes(step) == TOKEN_CLASSES.index("fork")) & (step.mask > 0)).to(step.mask.dtype)
 
@@ -66,15 +67,15 @@ def top_share(score: Tensor, mask: Tensor, share: float) -> Tensor:
     return (live & (score.float() >= threshold)).to(mask.dtype)
 
 
-def _entropy(step: rm.Step) -> Tensor:
+def _entropy(step: lab.Step) -> Tensor:
     return step.entropy
 
 
-def _variance(step: rm.Step) -> Tensor:
+def _variance(step: lab.Step) -> Tensor:
     return step.v_old
 
 
-def clip_cov(step: rm.Step) -> Tensor:
+def clip_cov(step: lab.Step) -> Tensor:
     live = step.mask > 0
     adv = step.advantages.view(-1, 1).expand_as(step.old_logp).to(step.old_logp.dtype)
     return (step.old_logp - step.old_logp[live].mean()) * (adv - adv[live].mean())
@@ -89,7 +90,7 @@ def js_bits(p: Tensor, q: Tensor) -> Tensor:
     return (kl(p, m) + kl(q, m)) / 2
 
 
-def group_contrast(step: rm.Step) -> Tensor:
+def group_contrast(step: lab.Step) -> Tensor:
     """[B, T]: per group and position, JS(tokens of the correct responses at t, tokens of the incorrect ones at t)."""
     G = step.group_size
     B, T = step.resp.shape
@@ -106,11 +107,11 @@ def group_contrast(step: rm.Step) -> Tensor:
     return out.to(step.old_logp.dtype) * step.mask
 
 
-def entropy_contrast(step: rm.Step) -> Tensor:
+def entropy_contrast(step: lab.Step) -> Tensor:
     return step.entropy * (group_contrast(step) + 1e-3)
 
 
-DETECTORS: dict[str, Callable[[rm.Step], Tensor]] = {  # name -> [B, T] score, higher = more fork-like
+DETECTORS: dict[str, Callable[[lab.Step], Tensor]] = {  # name -> [B, T] score, higher = more fork-like
     "entropy": _entropy, "variance": _variance, "clip-cov": clip_cov, "group-contrast": group_contrast,
     "entropy-contrast": entropy_contrast}
 
@@ -124,7 +125,7 @@ def precision_recall(flagged: Tensor, truth: Tensor) -> dict:
     return {"precision": precision, "recall": recall, "f1": f1, "flagged": int(n_flag), "forks": int(n_true), "hits": int(tp)}
 
 
-def detector_table(steps: dict[str, rm.Step]) -> dict:
+def detector_table(steps: dict[str, lab.Step]) -> dict:
     """Per rollout set (name -> Step) and detector: precision, recall and F1 at the matched count, over the tokens of
     in-grammar responses; and each set's fork share of those tokens."""
     sets = {}

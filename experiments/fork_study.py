@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 import fork_arms  # noqa: E402  (registers the arms in reco_mini before any parse_config)
 import fork_detect  # noqa: E402
+import lab  # noqa: E402
 import long_study as ls  # noqa: E402
 from analysis import finite_or_none, holm, summarize  # noqa: E402
 from protocol import EQUIVALENCE_MARGIN, compare, covered, measured_curve, write_block  # noqa: E402
@@ -146,18 +147,18 @@ def base_rerun_spec(plan: dict) -> dict:
     return base_specs(plan)[1] | {"rerun": True}
 
 
-def rollout_step(cfg, model, tokenizer, problems: list, seed: int) -> rm.Step:
-    """One rollout batch of `model` on `problems` (cfg.group_size each), with its old statistics, as a reco_mini.Step."""
+def rollout_step(cfg, model, tokenizer, problems: list, seed: int) -> lab.Step:
+    """One rollout batch of `model` on `problems` (cfg.group_size each), with its old statistics, as a lab.Step."""
     gen = torch.Generator(cfg.device).manual_seed(seed)
     r = rm.rollout(cfg, model, tokenizer, problems, cfg.group_size, gen)
     A = rm.group_advantages(r["rewards"]).flatten().to(cfg.device)
     old_logp, v_old, entropy = rm.old_stats(cfg, model, (r["prompt_ids"], r["prompt_mask"], r["resp"], r["mask"]))
     mask = r["mask"].float()
     responses = [row[m.bool()].tolist() for row, m in zip(r["resp"], r["mask"])]
-    return rm.Step(problems=problems, group_size=cfg.group_size, texts=r["texts"], resp=r["resp"], mask=mask,
-                   responses=responses, rewards=r["rewards"], advantages=A, old_logp=old_logp, v_old=v_old,
-                   v_old_mean=(v_old * mask).sum() / mask.sum(), entropy=entropy, weights=torch.ones(len(A)),
-                   loss_cfg=rm.loss_config(cfg, "grpo"), task=TASKS["countdown-long"], tokenizer=tokenizer)
+    return lab.Step(problems=problems, group_size=cfg.group_size, texts=r["texts"], resp=r["resp"], mask=mask,
+                    responses=responses, rewards=r["rewards"], advantages=A, old_logp=old_logp, v_old=v_old,
+                    v_old_mean=(v_old * mask).sum() / mask.sum(), entropy=entropy, weights=torch.ones(len(A)),
+                    loss_cfg=lab.loss_config(cfg, "grpo"), task=TASKS["countdown-long"], tokenizer=tokenizer)
 
 
 def run_detect(spec: dict, plan: dict, ctx: dict) -> dict:
@@ -168,14 +169,14 @@ def run_detect(spec: dict, plan: dict, ctx: dict) -> dict:
         return json.loads((path / "result.json").read_text())
     path.mkdir(parents=True, exist_ok=True)
     start, base, tokenizer, splits = time.time(), ctx["base"], ctx["tokenizer"], ctx["splits"]
-    cfg = rm.parse_config([*ls.TASK_FLAGS, *plan["flags"], "--method", "grpo", "--seed", str(spec["seed"]), "--lr",
-                           str(spec["lr"]), "--steps", str(spec["steps"]), "--out", str(path)])
+    cfg = lab.parse_config([*ls.TASK_FLAGS, *plan["flags"], "--method", "grpo", "--seed", str(spec["seed"]), "--lr",
+                            str(spec["lr"]), "--steps", str(spec["steps"]), "--out", str(path)])
     seed = ls.EVAL_SEED_BASE + spec["seed"]
     with torch.no_grad():
         sets = {"base": rollout_step(cfg, base, tokenizer, splits["val"], seed)}
     torch.manual_seed(spec["seed"])
     model = copy.deepcopy(base).requires_grad_(True)
-    rm.train_rl(cfg, "grpo", model, base, tokenizer, splits["train"], path)
+    lab.train_rl(cfg, "grpo", model, base, tokenizer, splits["train"], path)
     with torch.no_grad():
         sets[f"grpo step {spec['steps']}"] = rollout_step(cfg, model, tokenizer, splits["val"], seed)
     table = fork_detect.detector_table(sets)

@@ -3,7 +3,7 @@
 GRPO, ReCo, ReCo with positive-only response weights and a published peer, F-GRPO, on reco_mini's Countdown task,
 compared at matched training progress: every run evaluates its policy every EVAL_EVERY RL steps (n = 256 samples per
 held-out problem), and Pass@256 is read off at matched Pass@1 along that trajectory. Three tested phases and one
-exploratory phase, all from one SFT base (reco_mini's cached base for seed 0) and all through reco_mini's functions:
+exploratory phase, all from one SFT base (reco_mini's cached base for seed 0) and all through experiments/lab.py:
 
   select   per method, lr x grad clip (LRS x CLIPS), seeds SELECT_SEEDS, trajectories on the validation split; each
            method's setting is chosen by SELECTION_RULE (fixed before any run, and written in the README first)
@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+import lab  # noqa: E402
 from analysis import divergence, equivalence_test, finite_or_none, holm, paired_test, read_jsonl, summarize  # noqa: E402
 from diagnostics import on_step  # noqa: E402
 
@@ -103,18 +104,18 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
     start, stopped, trajectory = time.time(), None, []
     base, tokenizer, splits = ctx["base"], ctx["tokenizer"], ctx["splits"]
     if spec["method"] == "base":
-        cfg = rm.parse_config([*plan["flags"], "--seed", str(spec["seed"]), "--methods", ""])
+        cfg = lab.parse_config([*plan["flags"], "--seed", str(spec["seed"]), "--methods", ""])
         trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], f"base seed{spec['seed']}")}]
     else:
         method, extra = METHODS[spec["method"]]
-        cfg = rm.parse_config([*plan["flags"], *extra, "--method", method, "--seed", str(spec["seed"]), "--lr",
-                               str(spec["lr"]), "--grad-clip", str(spec["clip"]),
-                               "--steps", str(spec.get("steps", plan["steps"])),
-                               "--eval-every", str(spec["eval_every"]), "--out", str(path)])
+        cfg = lab.parse_config([*plan["flags"], *extra, "--method", method, "--seed", str(spec["seed"]), "--lr",
+                                str(spec["lr"]), "--grad-clip", str(spec["clip"]),
+                                "--steps", str(spec.get("steps", plan["steps"])),
+                                "--eval-every", str(spec["eval_every"]), "--out", str(path)])
         torch.manual_seed(spec["seed"])
         model = copy.deepcopy(base).requires_grad_(True)
         try:
-            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, splits[spec["split"]], on_step)
+            lab.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, splits[spec["split"]], on_step)
         except SystemExit as exc:  # reco_mini stops before a non-finite gradient reaches the weights
             stopped = str(exc.code)
         trajectory = read_jsonl(path / "trajectory.jsonl")
@@ -129,7 +130,7 @@ _CTX: dict = {}  # per worker process: the base, tokenizer and splits, loaded on
 
 
 def load_context(flags: list[str]) -> dict:
-    cfg = rm.parse_config([*flags, "--seed", "0"])
+    cfg = lab.parse_config([*flags, "--seed", "0"])
     splits, tokenizer = make_splits(cfg), char_tokenizer()
     base = load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"])).requires_grad_(False)
     return {"splits": splits, "tokenizer": tokenizer, "base": base}
@@ -414,7 +415,7 @@ def aggregate(plan: dict, ctx_splits: dict, wall_time_s: float) -> dict:
     all_runs = sel_results + confirm + stress_results + long_results + load_results(base_specs(plan), plan)
     return finite_or_none({
         "partial": not all(complete.values()), "complete": complete,
-        "design": {"steps": plan["steps"], "eval_every": plan["eval_every"], "n_eval": rm.parse_config(plan["flags"]).n_eval,
+        "design": {"steps": plan["steps"], "eval_every": plan["eval_every"], "n_eval": lab.parse_config(plan["flags"]).n_eval,
                    "methods": {m: METHODS[m] for m in plan["methods"]}, "reference": REFERENCE,
                    "select_seeds": list(plan["select"]), "confirm_seeds": list(plan["confirm"]),
                    "stress_seeds": list(plan["stress"]), "levels": list(LEVELS), "alpha": ALPHA,

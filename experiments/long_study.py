@@ -2,7 +2,7 @@
 
 Countdown-long (reco_countdown: a derivation of >= 48 tokens with >= 20 bits of reward-irrelevant surface choices, so
 exact duplicates vanish), one SFT base (reco_mini's cached countdown-long base for seed 0), six arms (ARMS), all through
-reco_mini's functions. Two phases:
+experiments/lab.py. Two phases:
 
   select   per arm, lr in LRS, seeds SELECT_SEEDS, trajectories on the validation split; each arm's lr is chosen by
            SELECTION_RULE (fixed before any run)
@@ -40,6 +40,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+import lab  # noqa: E402
 from analysis import divergence, finite_or_none, holm, read_jsonl, summarize, t_cdf  # noqa: E402
 from diagnostics import on_step as long_diagnostics  # noqa: E402
 from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  # noqa: E402
@@ -111,7 +112,7 @@ def run_dir(out: Path, spec: dict) -> Path:
 def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, on_step=long_diagnostics,
             diagnostics: list[str] | None = None) -> dict:
     """Train and evaluate one spec (or only evaluate the base); writes result.json atomically and returns it. Another
-    study passes its own `arms` (arm -> method, flags), reco_mini's per-step hook `on_step` and the `diagnostics` it
+    study passes its own `arms` (arm -> method, flags), lab.train_rl's per-step hook `on_step` and the `diagnostics` it
     keeps (default: this study's ARMS, diagnostics.on_step, DIAGNOSTICS)."""
     path = run_dir(Path(plan["out"]), spec)
     if (path / "result.json").exists():
@@ -122,16 +123,16 @@ def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, on_step
     common = [*plan.get("task_flags", TASK_FLAGS), *plan["flags"], "--n-eval", str(plan["n_eval"]), "--eval-seed",
               str(EVAL_SEED_BASE + spec["seed"])]
     if spec["arm"] == "base":
-        cfg = rm.parse_config([*common, "--seed", str(spec["seed"]), "--methods", ""])
+        cfg = lab.parse_config([*common, "--seed", str(spec["seed"]), "--methods", ""])
         trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], "base")}]
     else:
         method, extra = (arms or ARMS)[spec["arm"]]
-        cfg = rm.parse_config([*common, *extra, "--method", method, "--seed", str(spec["seed"]), "--lr", str(spec["lr"]),
-                               "--steps", str(plan["steps"]), "--eval-every", str(plan["eval_every"]), "--out", str(path)])
+        cfg = lab.parse_config([*common, *extra, "--method", method, "--seed", str(spec["seed"]), "--lr", str(spec["lr"]),
+                                "--steps", str(plan["steps"]), "--eval-every", str(plan["eval_every"]), "--out", str(path)])
         torch.manual_seed(spec["seed"])
         model = copy.deepcopy(base).requires_grad_(True)
         try:
-            rm.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, splits[spec["split"]], on_step=on_step)
+            lab.train_rl(cfg, method, model, base, tokenizer, splits["train"], path, splits[spec["split"]], on_step=on_step)
         except SystemExit as exc:  # reco_mini stops before a non-finite gradient reaches the weights
             stopped = str(exc.code)
         trajectory, log = read_jsonl(path / "trajectory.jsonl"), read_jsonl(path / "log.jsonl")
@@ -162,7 +163,7 @@ WORKER_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)
 def load_context(flags: list[str], base_file: Path | None = None, task_flags: list[str] = TASK_FLAGS) -> dict:
     """Splits, tokenizer and SFT base; a committed `base_file` replaces the cached base, so that every machine runs on
     the same weights (a retrained base differs from machine to machine). Another study passes its `task_flags`."""
-    cfg = rm.parse_config([*task_flags, *flags, "--seed", "0"])
+    cfg = lab.parse_config([*task_flags, *flags, "--seed", "0"])
     if cfg.task == "code-tiny":  # its own problems, tokenizer, base and cache (reco_task.CodeTiny)
         import reco_code_tiny as tiny
         task, cache = TASKS[cfg.task], tiny.base_cache_path(cfg)
@@ -558,16 +559,16 @@ def timing_run(plan: dict, steps: int = 5, arms: dict | None = None, on_step=lon
     for a in plan["arms"]:
         method, extra = (arms or ARMS)[a]
         (tmp / a).mkdir(parents=True, exist_ok=True)
-        cfg = rm.parse_config([*TASK_FLAGS, *plan["flags"], *extra, "--method", method, "--steps", str(steps), "--out",
-                               str(tmp / a)])
+        cfg = lab.parse_config([*TASK_FLAGS, *plan["flags"], *extra, "--method", method, "--steps", str(steps), "--out",
+                                str(tmp / a)])
         model = copy.deepcopy(ctx["base"]).requires_grad_(True)
         start = time.time()
-        rm.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], tmp / a, on_step=on_step)
+        lab.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], tmp / a, on_step=on_step)
         log = read_jsonl(tmp / a / "log.jsonl")
         out["arms"][a] = {"s_per_step": (time.time() - start) / steps,
                           "response_tokens": _mean([row["response_length"] for row in log])}
     for n in (128, 256):
-        cfg = rm.parse_config([*TASK_FLAGS, *plan["flags"], "--n-eval", str(n)])
+        cfg = lab.parse_config([*TASK_FLAGS, *plan["flags"], "--n-eval", str(n)])
         start = time.time()
         rm.evaluate(cfg, ctx["base"], ctx["tokenizer"], ctx["splits"]["val"], f"timing n={n}")
         out[f"s_per_eval_n{n}"] = time.time() - start

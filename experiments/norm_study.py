@@ -36,7 +36,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
-import control_study as cs  # noqa: E402  (run_one: train through reco_mini's hook, evaluating at the plan's steps)
+import control_study as cs  # noqa: E402  (run_one: train through lab's hook, evaluating at the plan's steps)
 import fork_study as fs  # noqa: E402  (stall rule, Fisher test, frontier band, intervals)
 import long_study as ls  # noqa: E402  (the pool, run directories, the archive)
 from analysis import finite_or_none, holm, summarize  # noqa: E402

@@ -20,6 +20,7 @@ import reco_log
 from reco_io import POSITIVE, Allowed
 from reco_mini import METHODS, LossConfig, loss_config
 from reco_scaled.rollout.factory import ENGINES
+from reco_variants import PeerSettings
 
 
 class ConfigError(ValueError):
@@ -122,6 +123,10 @@ class RunConfig:
         return loss_config(self.algo, self.algo.method)
 
 
+# The peers' settings (experiments/lab.py's; the positive-control study): not keys of reco_scaled, and said so.
+PEERS = {f"algo.{f.name}" for f in dataclasses.fields(PeerSettings)}
+PEER_NOTE = ": a peer's setting, which only experiments/lab.py's loop applies (the positive-control study)"
+
 # Keys a config file must set: they define the run and have no sensible default.
 REQUIRED = ("name", "task", "model.path", "algo.method", "rollout.engine", "rollout.group_size",
             "train.steps", "train.prompts_per_step")
@@ -208,7 +213,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> RunConfig:
             raise ConfigError(f"config key '{key}' is a section: set its keys, e.g. "
                               f"'{next(k for k in known if k.startswith(key + '.'))}'")
         if key not in known:
-            raise ConfigError(f"unknown config key '{key}'" + _suggest(key, known))
+            raise ConfigError(f"unknown config key '{key}'" + (PEER_NOTE if key in PEERS else _suggest(key, known)))
     for key in REQUIRED:
         if key not in flat:
             raise ConfigError(f"missing config key '{key}' in {path}")
@@ -234,9 +239,9 @@ def validate(cfg: RunConfig) -> None:
     for name, ok, message in LossConfig.checks(cfg.algo):
         if not ok:
             raise ConfigError(f"config key 'algo.{name}' {message}")
-    for name in reco_io.mini_only(cfg.algo):
-        raise ConfigError(f"config key 'algo.{name}' {getattr(cfg.algo, name)} is not supported by reco_scaled: the "
-                          "peers' methods run in reco_mini's loop only (the positive-control study)")
+    if cfg.algo.token_ratio == "simko":  # filed in reco_mini's registry only where experiments/lab.py is imported
+        raise ConfigError("config key 'algo.token_ratio' simko is not supported by reco_scaled: the peers' methods run "
+                          "in experiments/lab.py's loop only (the positive-control study)")
     if cfg.algo.occurrence == "canonical":
         raise ConfigError("config key 'algo.occurrence' canonical is not supported by reco_scaled yet: its "
                           "canonical keys come from reco_mini's tasks only (reco_countdown.response_key); use count")

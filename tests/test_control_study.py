@@ -13,6 +13,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
+import lab  # noqa: E402  (files SimKO's token ratio in reco_mini, for good: before the snapshot below)
+
 import reco_mini as rm  # noqa: E402
 
 _REGISTRIES = (rm.METHODS, rm.TOKEN_RATIOS, rm.OCCURRENCES)
@@ -168,10 +170,10 @@ def test_the_task_rule_chooses_the_larger_collapse_from_the_committed_studies():
 
 @pytest.mark.slow
 def test_evaluating_inside_the_hook_leaves_the_training_untouched(tmp_path, monkeypatch):
-    """The study evaluates in reco_mini's per-step hook; the rows and weights must be those of a run without it."""
+    """The study evaluates in lab.train_rl's per-step hook; the rows and weights must be those of a run without it."""
     monkeypatch.setattr(TASKS["countdown"], "reward", lambda problem, text: float(len(text) % 3 == 0))
-    cfg = rm.parse_config(["--method", "grpo", "--steps", "3", "--prompts-per-step", "4", "--group-size", "4",
-                           "--n-train", "16", "--n-test", "4", "--n-eval", "4"])
+    cfg = lab.parse_config(["--method", "grpo", "--steps", "3", "--prompts-per-step", "4", "--group-size", "4",
+                            "--n-train", "16", "--n-test", "4", "--n-eval", "4"])
     tok = char_tokenizer(cfg.task)
     splits = make_splits(cfg)
     torch.manual_seed(0)
@@ -182,7 +184,7 @@ def test_evaluating_inside_the_hook_leaves_the_training_untouched(tmp_path, monk
         model.load_state_dict(base.state_dict())
         (tmp_path / name).mkdir()
         hook = (lambda step, m=model: rm.evaluate(cfg, m, tok, splits["val"], "hook") and {}) if name == "evaluating" else None
-        rm.train_rl(cfg, "grpo", model, None, tok, splits["train"], tmp_path / name, on_step=hook)
+        lab.train_rl(cfg, "grpo", model, None, tok, splits["train"], tmp_path / name, on_step=hook)
         rows = [{k: v for k, v in json.loads(line).items() if not k.startswith("time_")}
                 for line in (tmp_path / name / "log.jsonl").read_text().splitlines()]
         runs[name] = rows, model.state_dict()

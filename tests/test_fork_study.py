@@ -16,6 +16,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "experiments")]
 import fork_detect as fd  # noqa: E402  (registers nothing)
+import lab  # noqa: E402  (files SimKO's token ratio in reco_mini for good: before the fixture's snapshot)
 
 import reco_mini as rm  # noqa: E402
 
@@ -155,11 +156,11 @@ def _step(seed=0, P=2, G=4, T=6):
     kinds = ["fork", "style", "determined"]
     labels = [[kinds[int(x)] for x in torch.randint(0, 3, (int(mask[i].sum()),), generator=g)] for i in range(P * G)]
     labels[5] = ["other"] * T  # a response outside the grammar
-    return rm.Step(problems=[None] * P, group_size=G, texts=[""] * (P * G), resp=resp, mask=mask, responses=[[]] * (P * G),
-                   rewards=rewards, advantages=rm.group_advantages(rewards).flatten(),
-                   old_logp=-torch.rand(P * G, T, generator=g), v_old=torch.rand(P * G, T, generator=g),
-                   v_old_mean=torch.tensor(0.5), entropy=torch.rand(P * G, T, generator=g), weights=torch.ones(P * G),
-                   loss_cfg=rm.LossConfig(), task=_Task(labels), tokenizer=None)
+    return lab.Step(problems=[None] * P, group_size=G, texts=[""] * (P * G), resp=resp, mask=mask, responses=[[]] * (P * G),
+                    rewards=rewards, advantages=rm.group_advantages(rewards).flatten(),
+                    old_logp=-torch.rand(P * G, T, generator=g), v_old=torch.rand(P * G, T, generator=g),
+                    v_old_mean=torch.tensor(0.5), entropy=torch.rand(P * G, T, generator=g), weights=torch.ones(P * G),
+                    loss_cfg=lab.LossConfig(), task=_Task(labels), tokenizer=None)
 
 
 def test_group_contrast_and_clip_cov_against_brute_force():
@@ -366,7 +367,7 @@ def test_detect_phase_rollouts_of_the_committed_base(tmp_path):
     plan = fs.make_plan(fs.argparse.Namespace(out=str(tmp_path), quick=False, timing=True, reuse=""), None)
     ctx = fs.ls.load_context(plan["flags"], ROOT / "results" / "long_study_base.pt")
     assert fs.ls.base_sha256(ctx["base"]) == fs.BASE_SHA256
-    cfg = rm.parse_config([*fs.ls.TASK_FLAGS, "--seed", "19"])
+    cfg = lab.parse_config([*fs.ls.TASK_FLAGS, "--seed", "19"])
     with torch.no_grad():
         step = fs.rollout_step(cfg, ctx["base"], ctx["tokenizer"], ctx["splits"]["val"][:6], 5)
     forks, in_grammar = 0, 0
@@ -381,10 +382,10 @@ def test_detect_phase_rollouts_of_the_committed_base(tmp_path):
     assert all(row["forks"] == forks for row in table["detectors"].values())
     # one RL step of the oracle arm on the real base: the hook sees the labels, and its selection is exactly the forks
     model = fs.copy.deepcopy(ctx["base"]).requires_grad_(True)
-    cfg = rm.parse_config([*fs.ls.TASK_FLAGS, "--method", "reco-token-fork-oracle", "--steps", "1", "--prompts-per-step", "4",
-                           "--out", str(tmp_path)])
-    rm.train_rl(cfg, "reco-token-fork-oracle", model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], tmp_path,
-                on_step=fa.on_step)
+    cfg = lab.parse_config([*fs.ls.TASK_FLAGS, "--method", "reco-token-fork-oracle", "--steps", "1", "--prompts-per-step",
+                            "4", "--out", str(tmp_path)])
+    lab.train_rl(cfg, "reco-token-fork-oracle", model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], tmp_path,
+                 on_step=fa.on_step)
     (row,) = fs.ls.read_jsonl(tmp_path / "log.jsonl")
     assert row["select_share"] > 0 and row["select_precision"] == row["select_recall"] == 1.0
     assert sum(row[f"arm_share_{c}"] for c in fs.TOKEN_CLASSES) == pytest.approx(1.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from reco_countdown import char_tokenizer, make_splits, tiny_model
 from reco_task import TASKS
 
 FIXTURES = Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import lab  # noqa: E402  (SimKO's token ratio runs in its trainer)
 
 
 def _old_train_rl():
@@ -30,8 +33,8 @@ def _old_train_rl():
     return module.train_rl
 
 
-def _setup(argv: list[str], dtype=torch.float32, hidden: int = 32):
-    cfg = reco_mini.parse_config(["--n-train", "64", *argv])
+def _setup(argv: list[str], dtype=torch.float32, hidden: int = 32, trainer=reco_mini):
+    cfg = trainer.parse_config(["--n-train", "64", *argv])
     tok = char_tokenizer()
     torch.manual_seed(0)
     base = tiny_model(tok, hidden, 2).to(dtype).requires_grad_(False)
@@ -81,9 +84,10 @@ class GradRecorder:
         self.grads.append([p.grad.clone() for p in self.params])
 
 
-# the ratios this repository trains with; experiments/fork_arms.py registers ratios that need its hook's select mask
-# (tests/test_study_rows.py, tests/test_fork_study.py), if some other module has imported it before collection
-OWN_RATIOS = [n for n, f in reco_mini.TOKEN_RATIOS.items() if f.__module__ in ("reco_mini", "reco_variants")]
+# the ratios this repository trains with: reco_mini's, and the peer SimKO's in experiments/lab.py's trainer;
+# experiments/fork_arms.py registers ratios that need its hook's select mask (tests/test_study_rows.py,
+# tests/test_fork_study.py), if some other module has imported it before collection
+OWN_RATIOS = [n for n, f in reco_mini.TOKEN_RATIOS.items() if f.__module__ == "reco_mini"] + ["simko"]
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
@@ -99,14 +103,15 @@ def test_micro_batch_gradient_equals_mini_batch_gradient_in_float64(tmp_path, mo
     # slices of 5 row-tokens (--head-chunk), whose logits are remade in the backward pass
     legs = [("0", ["--micro-batch", "0"]), ("3", ["--micro-batch", "3"]), ("1", ["--micro-batch", "1"]),
             ("3h", ["--micro-batch", "3", "--head-chunk", "5"])]
-    if token_ratio == "simko":  # it reads the logits, which --head-chunk never keeps (train_rl refuses the pair)
+    trainer = lab if token_ratio == "simko" else reco_mini
+    if token_ratio == "simko":  # it reads the logits, which --head-chunk never keeps (lab's Config refuses the pair)
         legs = legs[:3]
     for name, flags in legs:
-        cfg, tok, base, problems = _setup(argv + flags, torch.float64)
+        cfg, tok, base, problems = _setup(argv + flags, torch.float64, trainer=trainer)
         model = tiny_model(tok, 32, 2).double()
         model.load_state_dict(base.state_dict())
         (tmp_path / name).mkdir()
-        reco_mini.train_rl(cfg, "reco", model, base, tok, problems, tmp_path / name)
+        trainer.train_rl(cfg, "reco", model, base, tok, problems, tmp_path / name)
         logs[name] = _rows(tmp_path / name)[0]
     full, *micro_runs = GradRecorder.made
     assert len(full.grads) == 4 * 1  # epochs x minibatches
@@ -130,8 +135,14 @@ def test_bfloat16_autocast_and_gradient_checkpointing_run_where_said(tmp_path, m
                                        "--gradient-checkpointing"])
     model = tiny_model(tok, 32, 2).eval()
     model.load_state_dict(base.state_dict())
-    calls, seen = {"layer": 0}, set()
-    model.model.layers[0].register_forward_hook(lambda m, i, o: calls.__setitem__("layer", calls["layer"] + 1))
+    calls, seen, layer = {"layer": 0}, set(), model.model.layers[0]
+    forward = layer.forward
+
+    def counted(*args, **kwargs):  # the forward itself: the backward pass's recomputation runs no forward hooks
+        calls["layer"] += 1
+        return forward(*args, **kwargs)
+
+    layer.forward = counted
     model.lm_head.register_forward_hook(lambda m, i, o: seen.add((o.dtype, torch.is_grad_enabled(), m.training)))
     reco_mini.train_rl(cfg, "reco", model, base, tok, problems, tmp_path)
     rows = _rows(tmp_path)
@@ -140,7 +151,7 @@ def test_bfloat16_autocast_and_gradient_checkpointing_run_where_said(tmp_path, m
     assert (torch.bfloat16, True, True) in seen  # the update forwards, in training mode
     assert not model.training and not model.is_gradient_checkpointing  # as it was, for sampling and evaluation
     assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights
-    # Forwards of layer 0 per step: sampling (1 + up to 12 tokens), old stats (16 rows / 3 -> 6 pieces, policy and
+    # Forwards of layer 0 per step: sampling (one per token, 1 to 12), old stats (16 rows / 3 -> 6 pieces, policy and
     # base is another module), updates (2 epochs x 2 mini-batches x 3 pieces = 12), and 12 recomputations.
     assert calls["layer"] >= 2 * (1 + 6 + 12 + 12)
 

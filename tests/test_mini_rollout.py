@@ -94,9 +94,9 @@ def test_a_llama_chat_prompt_gets_one_bos(monkeypatch):
 def test_eval_batch_caps_the_responses_sampled_at_once(monkeypatch, n_eval, eval_batch, calls):
     real, seen = reco_mini.sample, []
 
-    def counting(model, prompt_ids, *args):
+    def counting(model, prompt_ids, *args, **kwargs):
         seen.append(prompt_ids.shape[0])
-        return real(model, prompt_ids, *args)
+        return real(model, prompt_ids, *args, **kwargs)
 
     monkeypatch.setattr(reco_mini, "sample", counting)
     tok = char_tokenizer()

@@ -71,14 +71,31 @@ def test_fixed_choices_come_from_the_registries_so_a_new_variant_is_listed(capsy
     monkeypatch.setitem(reco_mini.METHODS, "my-method", ("none", "is", 0.0))
     found = entries(help_text(reco_mini.parse_config, capsys, monkeypatch))
     for flag, registry in (("--methods", reco_mini.METHODS), ("--token-ratio", reco_mini.TOKEN_RATIOS),
-                           ("--occurrence", reco_mini.OCCURRENCES), ("--advantage", reco_mini.ADVANTAGES),
-                           ("--prompt-gate", reco_mini.PROMPT_GATES), ("--response-weight", reco_mini.RESPONSE_WEIGHTS),
-                           ("--task", reco_mini.TASKS)):
+                           ("--occurrence", reco_mini.OCCURRENCES), ("--task", reco_mini.TASKS)):
         assert " | ".join(registry) in found[flag], (flag, found[flag])
     assert "my-new-ratio" in found["--token-ratio"] and "my-method" in found["--methods"]
     for flag, values in (("--occurrence-apply", "all | positive"), ("--dtype", "float32 | bfloat16"),
                          ("--device", "auto | cpu | cuda"), ("--aggregation", "token-mean | seq-mean-token-mean")):
         assert values in found[flag], flag
+
+
+def test_reco_mini_help_lists_no_peer_and_lab_help_lists_them_last(capsys, monkeypatch):
+    """Issue 54: the peers' flags are experiments/lab.py's, in a "peers" group after reco_mini's groups."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import lab
+
+    import reco_variants
+
+    peers = ["--" + f.name.replace("_", "-") for f in fields(reco_variants.PeerSettings)]
+    assert not set(peers) & set(entries(help_text(reco_mini.parse_config, capsys, monkeypatch)))
+    text = help_text(lab.parse_config, capsys, monkeypatch)
+    found = entries(text)
+    assert text.splitlines()[0] == "usage: experiments/lab.py [flags]" and "\npeers:\n" in text
+    assert list(found)[-len(peers):] == peers and len(found) == len(fields(lab.Config)) + 1  # and --method
+    for flag, registry in (("--advantage", lab.ADVANTAGES), ("--prompt-gate", lab.PROMPT_GATES),
+                           ("--response-weight", lab.RESPONSE_WEIGHTS), ("--token-ratio", reco_mini.TOKEN_RATIOS)):
+        assert " | ".join(registry) in found[flag], (flag, found[flag])
+    assert "simko" in found["--token-ratio"] and "advantage | ratio" in found["--simko-scale"]
 
 
 def test_data_lists_every_accepted_form(capsys, monkeypatch):

@@ -13,6 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
+import lab  # noqa: E402, F401  (files SimKO's token ratio in reco_mini, for good: before the snapshot below)
+
 import reco_mini as rm  # noqa: E402
 
 _REGISTRIES = (rm.METHODS, rm.TOKEN_RATIOS, rm.OCCURRENCES)

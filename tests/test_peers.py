@@ -1,12 +1,16 @@
 """The peers' methods of reco_variants.py (issue 42), each against an independent reference: Pass@k training's analytic
 advantage against enumerating every subset of k, UCPO's weights against the self-normalised importance weights written
 out term by term and the numbers of the authors' estimator, SimKO's gradient against its closed form through the softmax
-Jacobian, and zero-success gating against a replay of its rule; then each runs in reco_mini's loop."""
+Jacobian, and zero-success gating against a replay of its rule; then each runs in experiments/lab.py's loop."""
 from __future__ import annotations
 
 import itertools
 import json
 import math
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +19,9 @@ import torch
 import reco_mini as rm
 import reco_variants as rv
 from reco_countdown import char_tokenizer, make_splits, tiny_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import lab  # noqa: E402
 
 # ==== Pass@k training (arXiv 2508.10751, Eqs. 11-15)
 
@@ -126,7 +133,7 @@ def test_simko_gradient_equals_its_closed_form(A, scale):
     z = torch.randn(1, T, V, dtype=torch.float64) * torch.linspace(0.2, 3.0, T).view(1, T, 1)  # entropies spread out
     y = z.argmax(-1)  # every token is its position's top-1: the incorrect-response rule can act
     y[0, 1::3] = z[0, 1::3].argmin(-1)  # and some are not
-    cfg = rm.LossConfig(token_ratio="simko", simko_scale=scale, simko_alpha=0.3, simko_lambda=1.5)
+    cfg = lab.LossConfig(token_ratio="simko", simko_scale=scale, simko_alpha=0.3, simko_lambda=1.5)
     logits = z.clone().requires_grad_(True)
     loss, _ = rv.simko_ratio(_terms(logits, y, A, old_shift=0.05), cfg)
     loss.sum().backward()
@@ -144,7 +151,7 @@ def test_simko_matches_the_worked_logit_gradient_and_keeps_grpo_s_value():
     # so it alone is above the median (quantile 0.5): A = +1, r = 1, alpha 0.01, K 3 give the objective's (-loss)
     # gradient worked out from Eq. 4 by hand
     z = torch.tensor([[[3.0, 0, 0, 0, 0], [2, 1, 0.5, 0, -1], [5, 0, 0, 0, 0]]], dtype=torch.float64, requires_grad=True)
-    cfg = rm.LossConfig(token_ratio="simko", simko_quantile=0.5)
+    cfg = lab.LossConfig(token_ratio="simko", simko_quantile=0.5)
     terms = _terms(z, torch.tensor([[0, 1, 0]]), 1.0)
     loss, _ = rv.simko_ratio(terms, cfg)
     (-loss.sum()).backward()
@@ -158,7 +165,7 @@ def test_simko_matches_the_worked_logit_gradient_and_keeps_grpo_s_value():
 def test_simko_needs_the_logits():
     t = rm.TokenTerms(torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 1), torch.ones(1, 2), None, None, None)
     with pytest.raises(ValueError, match="needs the policy's logits"):
-        rv.simko_ratio(t, rm.LossConfig(token_ratio="simko"))
+        rv.simko_ratio(t, lab.LossConfig(token_ratio="simko"))
 
 
 # ==== Zero-success gating (in the spirit of arXiv 2606.15455)
@@ -176,21 +183,34 @@ def test_zero_success_gate_updates_only_prompts_never_solved_before():
     assert solved == {"a", "b", "c", "m"}
 
 
-# ==== in reco_mini's loop
+# ==== in experiments/lab.py's loop
 
 @pytest.mark.parametrize("flags", [["--advantage", "pass-at-k", "--pass-k", "2"], ["--prompt-gate", "zero-success"],
                                    ["--response-weight", "ucpo"], ["--token-ratio", "simko"]])
-def test_each_peer_trains_in_reco_mini(tmp_path, monkeypatch, flags):
+def test_each_peer_trains_in_lab(tmp_path, monkeypatch, flags):
     from reco_task import TASKS
     monkeypatch.setattr(TASKS["countdown"], "reward", lambda problem, text: float(len(text) % 3 == 0))
-    cfg = rm.parse_config(["--method", "grpo", *flags, "--steps", "2", "--prompts-per-step", "4", "--group-size", "4",
-                           "--n-train", "16", "--n-test", "4"])
+    cfg = lab.parse_config(["--method", "grpo", *flags, "--steps", "2", "--prompts-per-step", "4", "--group-size", "4",
+                            "--n-train", "16", "--n-test", "4"])
     tok = char_tokenizer(cfg.task)
     torch.manual_seed(0)
     model = tiny_model(tok, 32, 2)
-    rm.train_rl(cfg, "grpo", model, None, tok, make_splits(cfg)["train"], tmp_path)
+    lab.train_rl(cfg, "grpo", model, None, tok, make_splits(cfg)["train"], tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"]) for row in rows)
+
+
+def test_reco_mini_has_none_of_the_peers(capsys):
+    """Issue 54: the peers' settings are lab's. reco_mini's Config has none of them and refuses their flags; SimKO's
+    token ratio is filed in its registry only by importing lab (a fresh reco_mini.py refuses it)."""
+    assert not {f.name for f in fields(rv.PeerSettings)} & {f.name for f in fields(rm.Config)}
+    with pytest.raises(SystemExit):
+        rm.parse_config(["--advantage", "pass-at-k"])
+    assert "unrecognized arguments: --advantage" in capsys.readouterr().err
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "reco_mini.py"), "--token-ratio", "simko"], capture_output=True,
+                          text=True, cwd=root, timeout=300)
+    assert proc.returncode == 2 and "--token-ratio must be one of ['is', 'variance', 'variance-old'], got 'simko'" in proc.stderr
 
 
 def test_bad_peer_settings_name_their_flag():
@@ -198,4 +218,4 @@ def test_bad_peer_settings_name_their_flag():
                          ({"prompt_gate": "x"}, "--prompt-gate"), ({"ucpo_tau": 1.5}, "--ucpo-tau"),
                          ({"simko_quantile": -0.1}, "--simko-quantile"), ({"simko_scale": "both"}, "--simko-scale")):
         with pytest.raises(rm.ConfigError, match=flag):
-            rm.LossConfig(**kwargs)
+            lab.LossConfig(**kwargs)

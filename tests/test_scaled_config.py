@@ -165,10 +165,22 @@ def test_canonical_occurrence_is_refused_at_start():  # its keys come from reco_
         load_config(TINY, ["algo.occurrence=canonical"])
 
 
-@pytest.mark.parametrize("override, key", [("algo.advantage=pass-at-k", "algo.advantage"),
-                                           ("algo.prompt_gate=zero-success", "algo.prompt_gate"),
-                                           ("algo.response_weight=ucpo", "algo.response_weight"),
-                                           ("algo.token_ratio=simko", "algo.token_ratio")])
-def test_the_peers_methods_are_refused_at_start(override, key):  # reco_mini's loop applies them, reco_scaled's does not
-    with pytest.raises(ConfigError, match=f"'{key}' .* not supported by reco_scaled"):
+@pytest.mark.parametrize("override", ["algo.advantage=pass-at-k", "algo.prompt_gate=zero-success",
+                                      "algo.response_weight=ucpo", "algo.pass_k=2", "algo.ucpo_tau=0.5"])
+def test_the_peers_settings_are_refused_at_start(override):  # experiments/lab.py's loop applies them, reco_scaled's not
+    with pytest.raises(ConfigError, match=f"^unknown config key '{override.split('=')[0]}': a peer's setting, which only "
+                                          "experiments/lab.py's loop applies"):
         load_config(TINY, [override])
+
+
+def test_simko_is_refused_at_start_with_or_without_lab(monkeypatch):
+    """SimKO's token ratio is in reco_mini's registry only where experiments/lab.py was imported; refused either way."""
+    import reco_mini
+    import reco_variants
+
+    monkeypatch.delitem(reco_mini.TOKEN_RATIOS, "simko", raising=False)
+    with pytest.raises(ConfigError, match=r"'algo.token_ratio' must be one of \['is', 'variance', 'variance-old'.*got 'simko'"):
+        load_config(TINY, ["algo.token_ratio=simko"])
+    monkeypatch.setitem(reco_mini.TOKEN_RATIOS, "simko", reco_variants.simko_ratio)
+    with pytest.raises(ConfigError, match="'algo.token_ratio' simko is not supported by reco_scaled"):
+        load_config(TINY, ["algo.token_ratio=simko"])

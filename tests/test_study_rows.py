@@ -1,8 +1,10 @@
-"""A study's logged rows are unchanged by moving its diagnostics out of reco_mini's loop (issue 35).
+"""A study's logged rows are unchanged by moving its diagnostics out of reco_mini's loop (issue 35), and the studies'
+trainer out of reco_mini (issue 54).
 
-train_rl with the studies' hook (experiments/diagnostics.on_step) writes, bit for bit, the rows and the final weights
-of train_rl as of commit b577fbf (tests/fixtures/train_rl_b577fbf.py, verbatim), which computed the diagnostics in the
-loop: the long study's task and arms, a few steps. Without the hook, train_rl computes none of them.
+experiments/lab.py's train_rl with the studies' hook (experiments/diagnostics.on_step) writes, bit for bit, the rows and
+the final weights of reco_mini's train_rl as of commit b577fbf (tests/fixtures/train_rl_b577fbf.py, verbatim), which
+computed the diagnostics in the loop: the long study's task and arms, a few steps. reco_mini.train_rl, which has no hook,
+writes the same run without them.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from reco_task import TASKS
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
 import diagnostics  # noqa: E402
+import lab  # noqa: E402
 
 
 def _load(path: Path):
@@ -53,14 +56,14 @@ def test_study_rows_are_bit_identical_to_b577fbf(tmp_path, monkeypatch, argv):
     reward = lambda problem, text: float(len(text) % 3 == 0)  # noqa: E731
     monkeypatch.setattr(old, "reward", reward)
     monkeypatch.setattr(TASKS["countdown-long"], "reward", reward)
-    cfg = reco_mini.parse_config(["--task", "countdown-long", "--n-train", "32", "--n-test", "4", "--steps", "3",
-                                  "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24", *argv])
+    cfg = lab.parse_config(["--task", "countdown-long", "--n-train", "32", "--n-test", "4", "--steps", "3",
+                            "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24", *argv])
     tok = char_tokenizer(cfg.task)
     torch.manual_seed(0)
     base = tiny_model(tok, 32, 2, 128).requires_grad_(False)
     problems = make_splits(cfg)["train"]
     runs = {}
-    for name, train, hook in (("old", old.train_rl, None), ("new", reco_mini.train_rl, diagnostics.on_step),
+    for name, train, hook in (("old", old.train_rl, None), ("new", lab.train_rl, diagnostics.on_step),
                               ("plain", reco_mini.train_rl, None)):
         model = tiny_model(tok, 32, 2, 128)
         model.load_state_dict(base.state_dict())
@@ -81,7 +84,8 @@ def test_study_rows_are_bit_identical_to_b577fbf(tmp_path, monkeypatch, argv):
 def test_fork_study_rows_are_bit_identical_to_0b4b2eb(tmp_path, monkeypatch, method):
     """Issue 43: the fork arms' tokens now reach the loss through the hook's "batch" (fork_arms.on_step), not through
     reco_mini's TOKEN_SELECTS, and the old statistics come from the readable path: every logged value of the fork
-    study's hook and loop, and the final weights, equal those of the loop and hook as of commit 0b4b2eb."""
+    study's hook and loop (experiments/lab.py's since issue 54), and the final weights, equal those of the loop and
+    hook as of commit 0b4b2eb."""
     import fork_arms
 
     registries = (reco_mini.METHODS, reco_mini.TOKEN_RATIOS)
@@ -96,15 +100,15 @@ def test_fork_study_rows_are_bit_identical_to_0b4b2eb(tmp_path, monkeypatch, met
         [("fork", "style", "determined")[t % 3] for t in range(int(n))] for n in mask.sum(-1).tolist()]
     monkeypatch.setattr(TASKS["countdown-long"], "token_labels", labels)
     try:
-        cfg = reco_mini.parse_config(["--task", "countdown-long", "--n-train", "32", "--n-test", "4", "--steps", "3",
-                                      "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24",
-                                      "--method", method])
+        cfg = lab.parse_config(["--task", "countdown-long", "--n-train", "32", "--n-test", "4", "--steps", "3",
+                                "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24",
+                                "--method", method])
         tok = char_tokenizer(cfg.task)
         torch.manual_seed(0)
         base = tiny_model(tok, 32, 2, 128).requires_grad_(False)
         problems = make_splits(cfg)["train"]
         runs = {}
-        for name, train, hook in (("old", old.train_rl, old.fork_on_step), ("new", reco_mini.train_rl, fork_arms.on_step)):
+        for name, train, hook in (("old", old.train_rl, old.fork_on_step), ("new", lab.train_rl, fork_arms.on_step)):
             model = tiny_model(tok, 32, 2, 128)
             model.load_state_dict(base.state_dict())
             (tmp_path / name).mkdir()

@@ -1,9 +1,10 @@
 """Every bad value is refused before any work (issue 44): one line naming the flag (or config key), the value and what
 is allowed, exit code 2, no traceback and no file left behind, at every entry point.
 
-The enumeration tests walk every numeric field of reco_mini's Config, reco_scaled's RunConfig, reco_scaled.evaluate's
-EvalConfig and examples/trl_reco.py's flags with 0, a negative value, NaN and infinity (where the type allows): each
-is refused unless this file says what it means there (ZERO_MEANS), so that a new field without a check fails here.
+The enumeration tests walk every numeric field of reco_mini's Config, experiments/lab.py's (the peers' settings),
+reco_scaled's RunConfig, reco_scaled.evaluate's EvalConfig and examples/trl_reco.py's flags with 0, a negative value,
+NaN and infinity (where the type allows): each is refused unless this file says what it means there (ZERO_MEANS), so
+that a new field without a check fails here.
 They run in this process; a few cases run as a user would, in a subprocess.
 """
 from __future__ import annotations
@@ -23,11 +24,15 @@ import torch
 
 import reco_io
 import reco_mini
+import reco_variants
 from reco_scaled import config as scaled_config
 from reco_scaled import evaluate
 from reco_scaled import train as scaled_train
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+import lab  # noqa: E402
+
 PY = sys.executable
 NUMERIC = (int, float, float | None)
 
@@ -35,13 +40,13 @@ NUMERIC = (int, float, float | None)
 # NaN and infinity are refused everywhere (the sentinel -1 of --eval-seed and --head-chunk is not probed: -3 is).
 MINI_ZERO_MEANS = {
     "seed": "a seed", "eval_seed": "a seed", "focal_gamma": "GRPO's advantages", "dual_clip": "off", "kl_coef": "off",
-    "ucpo_tau": "UCPO without its uniform share", "simko_alpha": "no spreading", "simko_quantile": "every token",
     "grad_clip": "off", "max_new_tokens": "the task's", "eval_batch": "the task's", "eval_every": "at the end only",
     "micro_batch": "the whole mini-batch", "head_chunk": "full logits",
 }
+LAB_ZERO_MEANS = {"ucpo_tau": "UCPO without its uniform share", "simko_alpha": "no spreading", "simko_quantile": "every token"}
 SCALED_ZERO_MEANS = {
     "seed": "a seed", "algo.focal_gamma": "GRPO's advantages", "algo.dual_clip": "off", "algo.kl_coef": "off",
-    "algo.ucpo_tau": "-", "algo.simko_alpha": "-", "algo.simko_quantile": "-", "train.weight_decay": "none",
+    "train.weight_decay": "none",
     "train.warmup_steps": "no warm-up", "checkpoint.every": "the last step only",
 }
 EVAL_ZERO_MEANS = {"temperature": "greedy", "seed": "a seed", "limit": "every problem", "workers": "in the loop",
@@ -76,7 +81,7 @@ MINI_NUMERIC = {f.name: {"int": int, "float": float, "float | None": float}[f.ty
 
 
 def test_every_numeric_field_of_reco_mini_is_enumerated():
-    assert len(MINI_NUMERIC) >= 35 and {"pass_k", "simko_lambda", "hidden", "epochs", "lr"} <= set(MINI_NUMERIC)
+    assert len(MINI_NUMERIC) >= 29 and {"variance_cap", "hidden", "epochs", "lr"} <= set(MINI_NUMERIC)
     assert set(MINI_ZERO_MEANS) <= set(MINI_NUMERIC)
 
 
@@ -114,6 +119,32 @@ def test_reco_mini_refuses_every_value_that_means_nothing(task, name, value, tmp
     assert not list(tmp_path.iterdir())
 
 
+# ---------------------------------------------------------------------------------------------- experiments/lab.py
+
+LAB_NUMERIC = {f.name: {"int": int, "float": float}[f.type] for f in fields(reco_variants.PeerSettings)
+               if f.type in ("int", "float")}  # the rest of lab.Config is reco_mini's, enumerated above
+
+
+def test_every_numeric_field_of_lab_is_enumerated():
+    mini = {f.name for f in fields(reco_mini.Config)}
+    added = {f.name for f in fields(lab.Config) if f.name not in mini and f.type in ("int", "float", "float | None")}
+    assert added == set(LAB_NUMERIC) and {"pass_k", "simko_lambda", "ucpo_tau"} <= set(LAB_NUMERIC)
+    assert set(LAB_ZERO_MEANS) <= set(LAB_NUMERIC)
+
+
+@pytest.mark.parametrize("name, value", cases(LAB_NUMERIC))
+def test_lab_refuses_every_peer_value_that_means_nothing(name, value, capsys):
+    flag = "--" + name.replace("_", "-")
+    if value == "0" and name in LAB_ZERO_MEANS:
+        assert getattr(lab.parse_config([flag, value]), name) == 0
+        return
+    with pytest.raises(SystemExit) as exc:
+        lab.parse_config([flag, value])  # the studies' first step: nothing is read or written before it
+    assert exc.value.code == 2
+    line = one_error_line(capsys.readouterr().err, f"experiments/lab.py: error: {flag} ")
+    assert f"got {shown(value, LAB_NUMERIC[name])}" in line
+
+
 # ---------------------------------------------------------------------------------------------- reco_scaled.train
 
 SCALED_NUMERIC = {key: (int if kind is int else float) for key, kind in scaled_config._fields(scaled_config.RunConfig).items()
@@ -121,7 +152,7 @@ SCALED_NUMERIC = {key: (int if kind is int else float) for key, kind in scaled_c
 
 
 def test_every_numeric_key_of_reco_scaled_is_enumerated():
-    assert len(SCALED_NUMERIC) >= 40 and {"train.lr", "rollout.sleep_level", "algo.pass_k"} <= set(SCALED_NUMERIC)
+    assert len(SCALED_NUMERIC) >= 34 and {"train.lr", "rollout.sleep_level", "algo.variance_cap"} <= set(SCALED_NUMERIC)
     assert set(SCALED_ZERO_MEANS) <= set(SCALED_NUMERIC)
 
 
@@ -278,12 +309,13 @@ def test_cuda_without_cuda_names_the_torch_build(capsys):
 
 
 def test_combinations_are_checked_before_any_work(capsys):
-    for argv, needle in ((["--advantage", "pass-at-k", "--pass-k", "9"], "--pass-k must be at most --group-size (8)"),
-                         (["--methods", "grpo,ppo"], "--methods must be a comma-separated subset"),
-                         (["--task", "math", "--model", "m", "--data", "some/dataset", "--token-ratio", "simko"],
-                          "--head-chunk 256 keeps no logits")):
+    for parse, argv, needle in (
+            (lab.parse_config, ["--advantage", "pass-at-k", "--pass-k", "9"], "--pass-k must be at most --group-size (8)"),
+            (reco_mini.parse_config, ["--methods", "grpo,ppo"], "--methods must be a comma-separated subset"),
+            (lab.parse_config, ["--task", "math", "--model", "m", "--data", "some/dataset", "--token-ratio", "simko"],
+             "--head-chunk 256 keeps no logits")):
         with pytest.raises(SystemExit):
-            reco_mini.parse_config(argv)
+            parse(argv)
         assert needle in capsys.readouterr().err
 
 

@@ -126,14 +126,14 @@ class ReCoGRPOConfig(GRPOConfig):
         super().__post_init__()
         if self.method not in METHODS:
             raise ValueError(f"method={self.method!r}: must be one of {list(METHODS)}")
+        refused = refused_settings(self)  # first: a peer's token ratio is named as one, registered or not
+        if refused:
+            raise ValueError("ReCoGRPOTrainer does not support " + "; ".join(refused))
         self.reco_loss_config()
         if self.reco_stats_path not in STATS_PATHS:
             raise ValueError(f"reco_stats_path={self.reco_stats_path!r}: must be one of {list(STATS_PATHS)}")
         if self.reco_stats_chunk < 1:
             raise ValueError(f"reco_stats_chunk={self.reco_stats_chunk}: must be >= 1")
-        refused = refused_settings(self)
-        if refused:
-            raise ValueError("ReCoGRPOTrainer does not support " + "; ".join(refused))
 
     def reco_loss_config(self) -> LossConfig:
         """reco_mini's loss settings of this run; raises ValueError naming the GRPOConfig field at fault."""
@@ -163,8 +163,8 @@ def refused_settings(args: GRPOConfig) -> list[str]:
                                                             "KL term is the plain k3; set use_bias_correction_kl=False"),
         (getattr(args, "occurrence", "") != "canonical", "occurrence='canonical': its canonical keys come from "
                                                           "reco_mini's tasks only (reco_countdown.response_key); use count"),
-        (getattr(args, "token_ratio", "") != "simko", "token_ratio='simko': it reads the policy's logits, which only "
-                                                       "reco_mini's own loop keeps"),
+        (getattr(args, "token_ratio", "") != "simko", "token_ratio='simko': a peer's token ratio, which only "
+                                                       "experiments/lab.py's loop runs (it reads the policy's logits)"),
         (args.top_entropy_quantile == 1.0, "top_entropy_quantile < 1"),
         (args.entropy_coef == 0 and not args.use_adaptive_entropy, "an entropy bonus (entropy_coef, use_adaptive_entropy)"),
         (not (args.use_vllm and args.vllm_importance_sampling_correction

@@ -161,7 +161,8 @@ def check_config(config) -> LossConfig:
         ("algorithm.rollout_correction.bypass_mode", not _get(config, "algorithm.rollout_correction.bypass_mode", False),
          "must be false: ReCo needs the old-policy pass (V_old)"),
         ("reco.token_ratio", settings.token_ratio != "simko",
-         "simko is not supported: it reads the policy's logits, which only reco_mini's own loop keeps"),
+         "simko is not supported: a peer's token ratio, which only experiments/lab.py's loop runs (it reads the "
+         "policy's logits)"),
         ("reco.occurrence", settings.occurrence != "canonical",
          "canonical is not supported: its canonical keys come from reco_mini's tasks only; use count"),
         ("distillation.enabled", not _get(config, "distillation.enabled", False),
