@@ -24,12 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-import reco_io  # plumbing: command line, files, models, precision, checks, the table and plot
-import reco_log  # log.jsonl, and TensorBoard / W&B on request
-import reco_variants as variants  # the rarely used response weights
-from reco_io import ConfigError as ConfigError  # raised by reco_io.check; callers catch it here
-from reco_io import RunSettings, default_ks, opt, register, sample, token_stats, tqdm
-from reco_task import TASKS, TaskSettings  # the problems: splits, prompt, reward, keys, labels
+from reco import cli, hf, log, report  # flags and checks, models and sampling, the run log, results
+from reco.cli import ConfigError as ConfigError  # raised by cli.check; callers catch it here
+from reco.cli import RunSettings, default_ks, opt, register
+from reco.hf import sample, token_stats  # the KV-cache sampler, --head-chunk's memory-saving path
+from reco.tasks import TASKS, TaskSettings  # the problems: splits, prompt, reward, keys, labels
 
 METHODS = {  # method -> (occurrence mode, token ratio, focal gamma)
     "grpo": ("none", "is", 0.0),
@@ -59,10 +58,10 @@ class LossConfig:
     aggregation: str = opt("token-mean", "mean over a mini-batch's tokens, or of each response's")
 
     def __post_init__(self):  # a bad setting raises ConfigError, which names its flag
-        reco_io.check(self.checks())
+        cli.check(self.checks())
 
     def checks(self) -> list[tuple[str, bool, str]]:  # (field, ok, message); reco_scaled's too
-        return reco_io.loss_checks(self, list(OCCURRENCES), list(TOKEN_RATIOS))
+        return cli.loss_checks(self, list(OCCURRENCES), list(TOKEN_RATIOS))
 
 
 def loss_config(cfg: LossConfig, method: str) -> LossConfig:
@@ -77,7 +76,7 @@ def loss_config(cfg: LossConfig, method: str) -> LossConfig:
 
 @dataclass
 class Config(LossConfig, TaskSettings, RunSettings):
-    """Every flag of `python reco_mini.py --help`: these, LossConfig's, the task's and reco_io's."""
+    """Every flag of `python reco_mini.py --help`: these, LossConfig's, the task's and the run's."""
 
     methods: str = opt("grpo,reco", "comma-separated methods to train, from")
     seed: int = opt(0, "seed of the SFT base, the RL run and the evaluation samples")
@@ -98,8 +97,8 @@ class Config(LossConfig, TaskSettings, RunSettings):
 
     def __post_init__(self):  # the loss settings' checks, then the run's: task, files, sizes
         super().__post_init__()
-        reco_io.check(reco_io.run_checks(self, list(METHODS), list(TASKS)))
-        reco_io.resolve_defaults(self, TASKS[self.task], list(METHODS), list(TASKS))  # the task's
+        cli.check(cli.run_checks(self, list(METHODS), list(TASKS)))
+        cli.resolve_defaults(self, TASKS[self.task], list(METHODS), list(TASKS))  # the task's
 
     @property
     def method_list(self) -> list[str]:
@@ -132,9 +131,9 @@ def copies_sequence(lp: Tensor, lengths, responses, keys) -> Tensor:
     return 1.0 + (lp.shape[1] - 1) * lp.exp()
 
 
-OCCURRENCES["token-mean"] = variants.copies_token_mean
-OCCURRENCES["count"] = variants.copies_count
-OCCURRENCES["canonical"] = variants.copies_canonical
+OCCURRENCES["token-mean"] = cli.copies_token_mean  # the rarely used ablations: reco/cli.py
+OCCURRENCES["count"] = cli.copies_count
+OCCURRENCES["canonical"] = cli.copies_canonical
 
 
 @register(OCCURRENCES, "none")
@@ -159,7 +158,7 @@ def occurrence_weights(
     (so each keeps GRPO's total weight G); "batch", over the rollout batch (batch_mean: that mean,
     given a part of it); "none", 1. apply="positive": w_i = 1 where A <= 0."""
     given = dict(mode=mode, responses=responses, lengths=lengths, advantages=advantages, keys=keys)
-    flat, lengths = reco_io.occurrence_inputs(seq_logp, list(OCCURRENCES), apply, norm, **given)
+    flat, lengths = cli.occurrence_inputs(seq_logp, list(OCCURRENCES), apply, norm, **given)
     inv_m = 1.0 / OCCURRENCES[mode](seq_logp.detach().double(), lengths, flat, keys)  # [P, G]
     if norm == "group":
         w = inv_m / inv_m.mean(dim=1, keepdim=True)
@@ -284,18 +283,18 @@ def policy_loss(logp, batch, cfg, v=None, num_tokens=None, num_seqs=None, logits
     return total, stats
 
 
-# ==== Rollouts: sampling (reco_io.sample: left-padded prompts), scoring; forwards over rollout rows
+# ==== Rollouts: sampling (reco.hf.sample: left-padded prompts), scoring; forwards over rollout rows
 def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Generator) -> dict:
     """n samples per problem (problem-major), decoded and scored by the task."""
     task = TASKS[cfg.task]
     flat = [p for p in problems for _ in range(n)]  # each problem n times
     prompts = [task.prompt(p, tokenizer) for p in flat]
-    bos = not reco_io.has_bos(prompts[0], tokenizer)  # a chat template may write the BOS itself
+    bos = not hf.has_bos(prompts[0], tokenizer)  # a chat template may write the BOS itself
     enc = tokenizer(prompts, padding=True, return_tensors="pt", add_special_tokens=bos)
     prompt_ids, prompt_mask = enc.input_ids.to(cfg.device), enc.attention_mask.to(cfg.device)
     stop_ids, pad_id = task.stop_ids(tokenizer, model), tokenizer.pad_token_id
     how = dict(temperature=cfg.temperature, stop_ids=stop_ids, pad_id=pad_id, gen=gen)
-    with reco_io.autocast(cfg.device, cfg.dtype):
+    with hf.autocast(cfg.device, cfg.dtype):
         resp, mask = sample(model, prompt_ids, prompt_mask, cfg.max_new_tokens, **how)
     resp, mask = task.trim(flat, resp, mask, tokenizer)  # code: cut after its stop sequence
     texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
@@ -318,7 +317,7 @@ def response_logits(model, prompt_ids, prompt_mask, resp, resp_mask, hidden=Fals
 def policy_stats(cfg: Config, model, seqs: tuple, rows: Tensor, entropy: bool = False):
     """log pi(y_t) (with gradient where enabled), V(s_t) and, if asked, H(s_t) [B, T] of the rollout
     rows `rows` (seqs: prompt_ids, prompt_mask, resp, mask), and the logits [B, T, V]. --head-chunk
-    N > 0: reco_io's memory-saving path, the lm head N row-tokens at a time, no logits kept."""
+    N > 0: reco.hf's memory-saving path, the lm head N row-tokens at a time, no logits kept."""
     prompt_ids, prompt_mask, resp, mask = (x[rows] for x in seqs)
     if cfg.head_chunk > 0:
         hidden = response_logits(model, prompt_ids, prompt_mask, resp, resp_mask=mask, hidden=True)
@@ -335,7 +334,7 @@ def policy_stats(cfg: Config, model, seqs: tuple, rows: Tensor, entropy: bool = 
 def old_stats(cfg: Config, model, seqs: tuple) -> tuple[Tensor, Tensor, Tensor]:
     """log pi_old, V_old and H_old [B, T] of the rollout batch, cfg.micro_batch rows a pass"""
     rows = torch.arange(len(seqs[2]), device=seqs[2].device).split(cfg.micro_batch or len(seqs[2]))
-    with reco_io.autocast(cfg.device, cfg.dtype):
+    with hf.autocast(cfg.device, cfg.dtype):
         parts = [policy_stats(cfg, model, seqs, part, entropy=True)[:3] for part in rows]
     return tuple(torch.cat(t) for t in zip(*parts))
 
@@ -350,11 +349,11 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None)
     gen = torch.Generator(cfg.device).manual_seed(cfg.seed)  # the samples and the mini-batches
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     P, G, tau = cfg.prompts_per_step, cfg.group_size, cfg.temperature
-    log = reco_log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
-    trajectory = reco_io.Trajectory(run_dir, cfg.eval_every if evals else 0)
+    logger = log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
+    trajectory = log.Trajectory(run_dir, cfg.eval_every if evals else 0)
     base_on_device = base is not None and base.device == model.device  # the KL term, kl_base
-    reco_io.check_training(cfg, loss_cfg, model, base_on_device)
-    for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
+    hf.check_training(cfg, loss_cfg, model, base_on_device)
+    for step in log.tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
         t0 = time.time()
         # Rollout and reward: G responses to each of P prompts, scored by the task's verifier
         step_problems = rng.sample(problems, P)
@@ -385,7 +384,7 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None)
         batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old)
         batch |= dict(resp=r["resp"], ref_logp=ref_logp)
         stats, t2 = {}, time.time()  # name -> one value per update (policy_loss's: per micro-batch)
-        with reco_io.training(model, cfg.gradient_checkpointing):
+        with hf.training(model, cfg.gradient_checkpointing):
             for _ in range(cfg.epochs):
                 order = torch.randperm(P * G, generator=gen, device=cfg.device)
                 for idx in order.chunk(cfg.minibatches):
@@ -393,7 +392,7 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None)
                     loss = 0.0
                     mini = dict(num_tokens=mask[idx].sum(), num_seqs=len(idx))  # its normalisers
                     for mic in idx.split(cfg.micro_batch or len(idx)):  # gradients add up
-                        with reco_io.autocast(cfg.device, cfg.dtype):  # --dtype
+                        with hf.autocast(cfg.device, cfg.dtype):  # --dtype
                             logp, v, _, logits = policy_stats(cfg, model, seqs, mic)
                         mb = {k: x[mic] for k, x in batch.items() if x is not None}
                         mb["v_old_mean"] = v_old_mean
@@ -404,23 +403,23 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None)
                             stats.setdefault(k, []).append(float(x))
                     clip = cfg.grad_clip or math.inf
                     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
-                    reco_io.stop_if_not_finite(loss, grad_norm, f"{method} at step {step}", run_dir)
+                    hf.stop_if_not_finite(loss, grad_norm, f"{method} at step {step}", run_dir)
                     optimizer.step()
                     stats.setdefault("grad_norm", []).append(grad_norm)
                     stats.setdefault("loss", []).append(loss)
         if (step + 1) % 10 == 0 or step + 1 == cfg.steps:
-            reco_io.save_atomic(model.state_dict(), run_dir / "model.pt")
+            hf.save_atomic(model.state_dict(), run_dir / "model.pt")
         # Log: the step's statistics (docs/design.md §2 lists them) and the updates' means
         kl_base = k3(old_logp, ref_logp) if base_on_device else None
         tokens = dict(v_old_mean=v_old_mean, entropy=entropy, kl_base=kl_base, mask=mask)
-        row = reco_io.step_row(step, rewards, A, w, **tokens)
-        row |= reco_io.update_summary(stats)  # the updates' means, and largest *_max
+        row = log.step_row(step, rewards, A, w, **tokens)
+        row |= log.update_summary(stats)  # the updates' means, and largest *_max
         row |= {"time_rollout": t1 - t0, "time_old_stats": t2 - t1, "time_update": time.time() - t2}
-        log.log(row)
+        logger.log(row)
         if trajectory.due(step + 1):
             result = evaluate(cfg, model, tokenizer, evals, desc=f"step {step + 1}")
             trajectory.write(step + 1, result)
-    log.close()
+    logger.close()
     model.zero_grad(set_to_none=True)  # free the gradients for what follows (evaluation)
     return model
 
@@ -446,7 +445,7 @@ def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
     task, n = TASKS[cfg.task], cfg.n_eval
     per_call, chunk = max(1, cfg.eval_batch // n), min(n, cfg.eval_batch)  # problems, samples
     counts, distinct, forms = [], [], []
-    for i in tqdm(range(0, len(problems), per_call), desc=f"eval {desc}", leave=False):
+    for i in log.tqdm(range(0, len(problems), per_call), desc=f"eval {desc}", leave=False):
         group = problems[i : i + per_call]
         correct = [[] for _ in group]  # the texts of each problem's correct samples
         for s in range(0, n, chunk):
@@ -468,17 +467,17 @@ def evaluate(cfg: Config, model, tokenizer, problems: list, desc: str) -> dict:
 
 
 # ==== main: build or load the base, train each method from it, evaluate them all.
-def parse_config(argv: list[str] | None = None) -> Config:  # --quick: reco_io.QUICK's budget
-    return reco_io.parse_config(Config, argv, description=__doc__.split("\n")[0])
+def parse_config(argv: list[str] | None = None) -> Config:  # --quick: cli.QUICK's budget
+    return cli.parse_config(Config, argv, description=__doc__.split("\n")[0])
 
 
 def main(argv: list[str] | None = None) -> dict:
     cfg = parse_config(argv)
-    print(reco_io.describe_settings(cfg))
+    print(cli.describe_settings(cfg))
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     out, start, task = Path(cfg.out), time.time(), TASKS[cfg.task]
-    reco_io.refuse_reuse(cfg)  # --out holds another config's results: an error, unless --overwrite
+    cli.refuse_reuse(cfg)  # --out holds another config's results: an error, unless --overwrite
     splits = task.splits(cfg)
     tokenizer, base = task.base(cfg, splits)  # --model's, or a tiny model built here; frozen
     results = {"config": asdict(cfg), "methods": {}}
@@ -492,7 +491,7 @@ def main(argv: list[str] | None = None) -> dict:
         train_rl(cfg, method, model, base, tokenizer=tokenizer, **data)
         results["methods"][method] = evaluate(cfg, model, tokenizer, splits["test"], desc=method)
     results["wall_time_s"] = round(time.time() - start, 1)
-    reco_io.write_results(results, out)  # results.json, the Pass@k table and plot
+    report.write_results(results, out)  # results.json, the Pass@k table and plot
     return results
 
 

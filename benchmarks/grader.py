@@ -6,8 +6,8 @@ grader (reco_grader.py as of commit OLD_COMMIT, loaded from git history), the ne
     python benchmarks/grader.py --quick    # agreement only, no throughput runs
     python benchmarks/grader.py --smoke    # the whole path on one case per project, for CI: no measurement
 
-Batched means reco_grader.grade_many (the new grader's worker pool); the old grader had no batch call, so its
-"batched" row is a thread pool of the same width over grade_answer (what a caller would have done).
+Batched means reco.rewards.math_grader.grade_many (the new grader's worker pool); the old grader had no batch call, so
+its "batched" row is a thread pool of the same width over grade_answer (what a caller would have done).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import reco_grader  # noqa: E402
+from reco.rewards import math_grader  # noqa: E402
 
 OLD_COMMIT = "b577fbf"  # the last commit with the hand-written whitelist parser
 CORPUS = ROOT / "tests" / "data" / "grader_corpus.jsonl"
@@ -35,7 +35,8 @@ def load_corpus(path: Path = CORPUS) -> list[dict]:
 
 
 def old_grader():
-    """reco_grader.py of OLD_COMMIT, as a module of its own; None where this clone's history lacks that commit."""
+    """reco_grader.py of OLD_COMMIT (the math grader, before it moved to reco/rewards/math_grader.py), as a module of
+    its own; None where this clone's history lacks that commit."""
     shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{OLD_COMMIT}:reco_grader.py"], capture_output=True,
                            text=True)
     if shown.returncode:
@@ -101,15 +102,15 @@ def main() -> None:
         cases = list({project(c["source"]): c for c in cases}.values())
     responses, golds = [c["response"] for c in cases], [c["gold"] for c in cases]
     print(f"{len(cases)} cases from {len({project(c['source']) for c in cases})} projects ({CORPUS.name}); "
-          f"new grader: {reco_grader.WORKERS} workers, {reco_grader.TIMEOUT_S} s per call")
+          f"new grader: {math_grader.WORKERS} workers, {math_grader.TIMEOUT_S} s per call")
     old = old_grader()
-    n = reco_grader.WORKERS
-    reco_grader.grade_many([rf"\boxed{{x_{k}}}" for k in range(2 * n)], ["y"] * (2 * n))  # every worker started
+    n = math_grader.WORKERS
+    math_grader.grade_many([rf"\boxed{{x_{k}}}" for k in range(2 * n)], ["y"] * (2 * n))  # every worker started
     old_name = "old grader (whitelist parser, " + OLD_COMMIT + ")"
     runs = {old_name: old.grade_answer} if old else {}
     if old is None:
         print(f"\n{old_name}: skipped, commit {OLD_COMMIT} is not in this clone's history (git fetch --unshallow)")
-    runs |= {"new grader (reco_grader)": reco_grader.grade_answer, "math-verify alone (0.9 defaults)": math_verify_alone}
+    runs |= {"new grader (math_grader)": math_grader.grade_answer, "math-verify alone (0.9 defaults)": math_verify_alone}
     throughput = []
     for name, fn in runs.items():
         verdicts, seconds = timed(fn, cases)
@@ -121,10 +122,10 @@ def main() -> None:
     for name, single in throughput[:len(runs) - 1]:  # math-verify alone is not timed as a reward
         start = time.perf_counter()
         if name.startswith("old"):
-            with ThreadPoolExecutor(reco_grader.WORKERS) as pool:
+            with ThreadPoolExecutor(math_grader.WORKERS) as pool:
                 list(pool.map(old.grade_answer, responses, golds))
         else:
-            reco_grader.grade_many(responses, golds)
+            math_grader.grade_many(responses, golds)
         batched = len(cases) / (time.perf_counter() - start)
         print(f"  {name:40} single {single:8.1f}/s   batched {batched:8.1f}/s")
 

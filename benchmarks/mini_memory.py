@@ -55,9 +55,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import reco_io  # noqa: E402
 import reco_mini  # noqa: E402
-from reco_task import TASKS  # noqa: E402
+from reco import hf  # noqa: E402
+from reco.data import math as math_data  # noqa: E402
+from reco.tasks import TASKS  # noqa: E402
 
 GB = 1e9
 # (rows = P x G, new tokens): a 2 x 2 grid. Both token counts reach the lm head's slice width (--head-chunk 256 over
@@ -113,8 +114,8 @@ def measure(spec: dict) -> dict:
             "--group-size", str(group), "--max-new-tokens", str(new), "--n-eval", str(group), "--eval-batch", str(rows),
             "--device", spec["device"], "--out", spec["out"]] + (SETTINGS[setting] or [])
     cfg = reco_mini.parse_config(argv)
-    tokenizer, model = reco_io.load_hf(cfg.model, cfg.device)
-    problems = reco_io.math_splits(cfg.data)["train"]
+    tokenizer, model = hf.load_hf(cfg.model, cfg.device)
+    problems = math_data.math_splits(cfg.data)["train"]
     prompt_len = len(tokenizer(TASKS["math"].prompt(problems[0], tokenizer)).input_ids)
     base = copy.deepcopy(model).requires_grad_(False) if setting == "before" else None
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
@@ -164,7 +165,7 @@ def layer_activation_bytes(shape: str, bf16: bool, tokens: tuple[int, int] = (64
                 return t
 
             ids = torch.randint(512, (1, n))
-            precision = reco_io.autocast("cpu", "bfloat16" if bf16 else "float32")
+            precision = hf.autocast("cpu", "bfloat16" if bf16 else "float32")
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), precision:
                 model(input_ids=ids).logits.sum()
             saved[layers, n] = sum(storages.values())

@@ -4,7 +4,7 @@
     python benchmarks/trl_vs_reco_scaled.py --steps 2       # quicker
     python benchmarks/trl_vs_reco_scaled.py --smoke         # the whole path at toy sizes, for CI: no measurement
 
-Both train method reco on the same random tiny Qwen2 (reco_countdown's character tokenizer, hidden 64, 2 layers
+Both train method reco on the same random tiny Qwen2 (reco.tasks.countdown's character tokenizer, hidden 64, 2 layers
 as in reco_scaled/configs/tiny-cpu.yaml), on the same Countdown prompts and reward, with the same batch (16 prompts x
 G = 8), response length (at most 12 tokens, sampled at temperature 1 with transformers), and update: two passes over
 the rollout batch in two mini-batches of 64 rows (4 AdamW steps, lr 2e-4, clip 1), each mini-batch in one
@@ -56,7 +56,7 @@ def _reset_peak() -> int:
 def build_model(path: Path, hidden: int, layers: int) -> None:
     import torch
 
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
 
     torch.manual_seed(0)
     tok = char_tokenizer()
@@ -94,11 +94,11 @@ def run_trl(model_dir: str, steps: int, out: str, size: dict) -> dict:
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
 
-    from reco_countdown import make_splits
+    from reco.tasks import TASKS
+    from reco.tasks.countdown import make_splits
     from reco_scaled.config import load_config
     from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer
     from reco_scaled.model import mini_config
-    from reco_task import TASKS
 
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(model_dir, padding_side="left")

@@ -10,11 +10,11 @@ requirements-trl.txt).
 Problems: a JSONL or parquet file, a dataset directory or a hub name (reco_scaled.data.load_problems).
 Prompts: reco_scaled.data.build_prompt (--template qwen-boxed, or plain text; with --template chat, TRL applies the
 tokenizer's chat template itself).
-Reward: 1 when the completion's boxed answer is equivalent to the answer (reco_grader.grade_many), else 0. With
---task code, problems come from reco_code_data.load_code_problems (HumanEval, MBPP, ... by name, file or directory),
-prompts and programs from reco_code_task (--template plain: completion prompts, the program cut at the stop
-sequences; chat: the last fenced python block), and code_reward runs the programs against the `tests` column in
-reco_code's sandbox.
+Reward: 1 when the completion's boxed answer is equivalent to the answer (reco.rewards.math_grader.grade_many), else
+0. With --task code, problems come from reco.data.code.load_code_problems (HumanEval, MBPP, ... by name, file or
+directory), prompts and programs from reco.tasks.code (--template plain: completion prompts, the program cut at the
+stop sequences; chat: the last fenced python block), and code_reward runs the programs against the `tests` column in
+reco.rewards.code's sandbox.
 The model is any causal LM by hub name or local path; --tiny instead builds a random 2-layer Qwen2 with a
 character tokenizer, so the whole run needs no download (its reward stays 0: it shows the plumbing, not learning).
 Each step generates --prompts-per-step x --num-generations completions and takes one optimizer step on them, in
@@ -33,12 +33,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import reco_code_task  # noqa: E402
-import reco_io  # noqa: E402
-from reco_code_data import load_code_problems  # noqa: E402
-from reco_data import missing_file  # noqa: E402
-from reco_grader import grade_many  # noqa: E402
-from reco_io import CHOICES, Allowed, ArgumentParser, ConfigError, flag_help  # noqa: E402
+from reco import cli, hf  # noqa: E402
+from reco.cli import CHOICES, Allowed, ArgumentParser, ConfigError, flag_help  # noqa: E402
+from reco.data.code import load_code_problems  # noqa: E402
+from reco.data.math import missing_file  # noqa: E402
+from reco.rewards.math_grader import grade_many  # noqa: E402
+from reco.tasks import code as code_task  # noqa: E402
 from reco_mini import METHODS, OCCURRENCES, TOKEN_RATIOS, LossConfig  # noqa: E402
 from reco_scaled.data import SYSTEM_PROMPT, TEMPLATES, DataError, build_prompt, load_problems  # noqa: E402
 from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer  # noqa: E402
@@ -69,7 +69,7 @@ def build_parser() -> ArgumentParser:
     def add(flag: str, default, help: str = "", choices=None, **kwargs) -> None:
         p.add_argument(flag, default=default, help=flag_help(help, default, choices), **kwargs)
 
-    add("--task", "math", "math: boxed answers; code: unit tests run in reco_code's sandbox", TASKS, metavar="NAME")
+    add("--task", "math", "math: boxed answers; code: unit tests run in reco.rewards.code's sandbox", TASKS, metavar="NAME")
     add("--data", "", "problems: a JSONL/parquet file, a dataset directory or a hub name NAME[:CONFIG][:SPLIT] "
         "(default: the math fixture; code: humaneval)", metavar="SOURCE")
     add("--model", "", "Hugging Face model name or directory", metavar="NAME_OR_DIR")
@@ -124,7 +124,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--micro-batch must divide --prompts-per-step x --num-generations ({rows}), got {args.micro_batch}")
     if missing_file(args.data):  # the data before the model
         p.error(f"--data {args.data}: no such file")
-    if args.model and (problem := reco_io.model_problem(args.model)):
+    if args.model and (problem := hf.model_problem(args.model)):
         p.error(f"--model {problem}")
     return args
 
@@ -149,11 +149,11 @@ def tiny_model_and_tokenizer():
 
 def code_reward(prompts: list, completions: list, tests: list[str], entry_point: list, **kwargs) -> list[float]:
     """1.0 where the completion's program passes the row's tests (the `tests` column: JSON of the test source or of
-    the (input, output) cases), all graded at once in reco_code's sandbox. A text completion's program is its prompt
+    the (input, output) cases), all graded at once in reco.rewards.code's sandbox. A text completion's program is its prompt
     and the completion cut at the stop sequences; a chat completion's, its last fenced python block."""
-    programs = [reco_code_task.completion_program(p, c, e) if isinstance(c, str)
-                else reco_code_task.fenced_program(c[-1]["content"]) for p, c, e in zip(prompts, completions, entry_point)]
-    return [float(ok) for ok in reco_code_task.grade(programs, [json.loads(t) for t in tests])]
+    programs = [code_task.completion_program(p, c, e) if isinstance(c, str)
+                else code_task.fenced_program(c[-1]["content"]) for p, c, e in zip(prompts, completions, entry_point)]
+    return [float(ok) for ok in code_task.grade(programs, [json.loads(t) for t in tests])]
 
 
 def boxed_reward(completions: list, answer: list[str], **kwargs) -> list[float]:
@@ -184,8 +184,8 @@ def code_dataset(source: str, template: str):
     if template not in ("plain", "chat"):
         raise DataError(f"--task code needs --template plain or chat, not {template}")
     problems = load_code_problems(source)
-    prompts = [[{"role": "user", "content": reco_code_task.instruct_text(p)}] if template == "chat"
-               else reco_code_task.completion_prompt(p) for p in problems]
+    prompts = [[{"role": "user", "content": code_task.instruct_text(p)}] if template == "chat"
+               else code_task.completion_prompt(p) for p in problems]
     return Dataset.from_list([{"prompt": q, "tests": json.dumps(p["tests"]), "entry_point": p["entry_point"]}
                               for q, p in zip(prompts, problems)])
 
@@ -235,4 +235,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":  # a malformed data file or a model that cannot be loaded: one line, exit code 2
-    reco_io.run_entry_point("trl_reco.py", main, (DataError,))
+    cli.run_entry_point("trl_reco.py", main, (DataError,))

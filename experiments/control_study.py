@@ -49,7 +49,7 @@ from analysis import COLLAPSE_WINDOW, divergence, finite_or_none, holm, read_jso
 from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
-from reco_countdown import SFT_FORM_PRIOR  # noqa: E402
+from reco.tasks.countdown import SFT_FORM_PRIOR  # noqa: E402
 
 ARMS = {  # arm -> (reco_mini method, extra flags): each a registered function and a flag value, never a copy
     "grpo": ("grpo", []),

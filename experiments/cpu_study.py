@@ -39,7 +39,7 @@ from analysis import COLLAPSE_WINDOW, divergence, finite_or_none, summarize  # n
 from diagnostics import on_step  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
-from reco_countdown import char_tokenizer, load_base, make_splits  # noqa: E402
+from reco.tasks.countdown import char_tokenizer, load_base, make_splits  # noqa: E402
 
 # variant -> (reco_mini method, None for the SFT base without RL; extra reco_mini flags)
 VARIANTS: dict[str, tuple[str | None, list[str]]] = {
@@ -513,6 +513,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":  # bad input (a malformed or missing file, a bad reco_mini flag): one line, exit code 2
-    import reco_io
+    from reco import cli
 
-    reco_io.run_entry_point("cpu_study.py", main, (rm.ConfigError, json.JSONDecodeError, FileNotFoundError))
+    cli.run_entry_point("cpu_study.py", main, (rm.ConfigError, json.JSONDecodeError, FileNotFoundError))

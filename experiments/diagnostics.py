@@ -15,7 +15,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 import lab  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
-from reco_countdown import TOKEN_CLASSES, duplicate_rate  # noqa: E402
+from reco.tasks.countdown import TOKEN_CLASSES, duplicate_rate  # noqa: E402
 
 
 def on_step(step: lab.Step, select: torch.Tensor | None = None) -> dict[str, float | None]:

@@ -35,7 +35,7 @@ import lab  # noqa: E402
 from fork_detect import fork_tokens, token_classes, top_share  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
-from reco_countdown import TOKEN_CLASSES  # noqa: E402
+from reco.tasks.countdown import TOKEN_CLASSES  # noqa: E402
 
 ENTROPY_TOP_SHARE = 0.2
 DETECTOR: dict = {}  # the detected arm's detector: {"name": a fork_detect.DETECTORS key, "share": tokens flagged}

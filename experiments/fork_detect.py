@@ -29,7 +29,7 @@ from torch import Tensor
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 import lab  # noqa: E402
 
-from reco_countdown import TOKEN_CLASSES  # noqa: E402
+from reco.tasks.countdown import TOKEN_CLASSES  # noqa: E402
 
 QUALIFY_F1 = 0.5
 SELECTION_RULE = (

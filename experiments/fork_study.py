@@ -45,8 +45,8 @@ from analysis import finite_or_none, holm, summarize  # noqa: E402
 from protocol import EQUIVALENCE_MARGIN, compare, covered, measured_curve, write_block  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
-from reco_countdown import TOKEN_CLASSES  # noqa: E402
-from reco_task import TASKS  # noqa: E402
+from reco.tasks import TASKS  # noqa: E402
+from reco.tasks.countdown import TOKEN_CLASSES  # noqa: E402
 
 ARMS = {  # arm -> (reco_mini method, extra flags)
     "grpo": ("grpo", []),

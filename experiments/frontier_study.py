@@ -46,7 +46,7 @@ from analysis import divergence, equivalence_test, finite_or_none, holm, paired_
 from diagnostics import on_step  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
-from reco_countdown import FORMS, SFT_FORM_PRIOR, char_tokenizer, load_base, make_splits, solving_forms  # noqa: E402
+from reco.tasks.countdown import FORMS, SFT_FORM_PRIOR, char_tokenizer, load_base, make_splits, solving_forms  # noqa: E402
 
 METHODS = {  # study method -> (reco_mini method, extra flags)
     "grpo": ("grpo", []),
@@ -807,6 +807,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":  # bad input (a malformed or missing file, a bad reco_mini flag): one line, exit code 2
-    import reco_io
+    from reco import cli
 
-    reco_io.run_entry_point("frontier_study.py", main, (rm.ConfigError, json.JSONDecodeError, FileNotFoundError))
+    cli.run_entry_point("frontier_study.py", main, (rm.ConfigError, json.JSONDecodeError, FileNotFoundError))

@@ -361,6 +361,6 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":  # a missing or malformed results file, a page without markers: one line, exit code 2
-    import reco_io
+    from reco import cli
 
-    reco_io.run_entry_point("headline.py", main, (json.JSONDecodeError, FileNotFoundError))
+    cli.run_entry_point("headline.py", main, (json.JSONDecodeError, FileNotFoundError))

@@ -4,10 +4,10 @@
   The dict f returns joins the step's log row, except its "batch" entry (tensors with one row per response), which
   joins the update's batch, where policy_loss hands it to the token term as TokenTerms.batch
   (experiments/diagnostics.py, experiments/fork_arms.py).
-- The peers' methods (issue 42; their functions are in reco_variants.py): an advantage (ADVANTAGES, --advantage), a
+- The peers' methods (issue 42; their functions are in reco/peers.py): an advantage (ADVANTAGES, --advantage), a
   prompt gate (PROMPT_GATES, --prompt-gate), a response weight (RESPONSE_WEIGHTS, --response-weight), and SimKO's
   token ratio (--token-ratio simko), which importing this module files in reco_mini.TOKEN_RATIOS. Config adds their
-  settings (reco_variants.PeerSettings) to reco_mini's; parse_config lists them in --help's "peers" group.
+  settings (reco.peers.PeerSettings) to reco_mini's; parse_config lists them in --help's "peers" group.
 
 The math is reco_mini's, imported and never copied. train_rl's loop is the one thing written twice: with no hook and
 the peers at their defaults, tests/test_lab.py holds it to reco_mini.train_rl, bit for bit, at every method and setting
@@ -27,42 +27,39 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import reco_io  # noqa: E402
-import reco_log  # noqa: E402
 import reco_mini as rm  # noqa: E402
-import reco_variants as variants  # noqa: E402
-from reco_io import tqdm  # noqa: E402
-from reco_task import TASKS  # noqa: E402
+from reco import cli, hf, log, peers  # noqa: E402
+from reco.tasks import TASKS  # noqa: E402
 
 # The peers' advantages, prompt gates and response weights; each default leaves reco_mini's loop unchanged.
 ADVANTAGES: dict[str, Callable] = {  # (rewards [P, G], LossConfig) -> A [P, G]
     "grpo": lambda rewards, cfg: rm.group_advantages(rewards, scale_by_std=not cfg.no_std),
-    "pass-at-k": lambda rewards, cfg: variants.pass_at_k_advantages(rewards, cfg.pass_k),
+    "pass-at-k": lambda rewards, cfg: peers.pass_at_k_advantages(rewards, cfg.pass_k),
 }
 PROMPT_GATES: dict[str, Callable] = {  # (problems, rewards [P, G], the run's memory) -> 0/1 [P]
     "none": lambda problems, rewards, memory: torch.ones(len(problems), device=rewards.device),
-    "zero-success": variants.zero_success_gate,
+    "zero-success": peers.zero_success_gate,
 }
 RESPONSE_WEIGHTS: dict[str, Callable] = {  # (rewards, summed old log-probs, lengths [P, G], LossConfig) -> w [P, G]
     "none": lambda rewards, lp, lengths, cfg: torch.ones_like(lp),
-    "ucpo": variants.ucpo_response_weights,
+    "ucpo": peers.ucpo_response_weights,
 }
-rm.TOKEN_RATIOS["simko"] = variants.simko_ratio  # GRPO's loss, smoothed at uncertain tokens; reads the logits
+rm.TOKEN_RATIOS["simko"] = peers.simko_ratio  # GRPO's loss, smoothed at uncertain tokens; reads the logits
 
-PEERS = tuple(f.name for f in fields(variants.PeerSettings))
-GROUPS = reco_io.GROUPS | {"peers": PEERS}  # --help: reco_mini's groups, then the peers'
+PEERS = tuple(f.name for f in fields(peers.PeerSettings))
+GROUPS = cli.GROUPS | {"peers": PEERS}  # --help: reco_mini's groups, then the peers'
 
 
 def peer_checks(cfg) -> list[tuple[str, bool, str]]:
     """The peers' settings' checks: (field, ok, message)."""
-    choices = variants.PEER_CHOICES | {"advantage": ADVANTAGES, "prompt_gate": PROMPT_GATES,
-                                       "response_weight": RESPONSE_WEIGHTS}
-    return ([rule.check(name, getattr(cfg, name)) for name, rule in variants.PEER_NUMBERS.items()]
-            + [reco_io.choice(cfg, name, list(values)) for name, values in choices.items()])
+    choices = peers.PEER_CHOICES | {"advantage": ADVANTAGES, "prompt_gate": PROMPT_GATES,
+                                    "response_weight": RESPONSE_WEIGHTS}
+    return ([rule.check(name, getattr(cfg, name)) for name, rule in peers.PEER_NUMBERS.items()]
+            + [cli.choice(cfg, name, list(values)) for name, values in choices.items()])
 
 
 @dataclass
-class LossConfig(rm.LossConfig, variants.PeerSettings):
+class LossConfig(rm.LossConfig, peers.PeerSettings):
     """reco_mini's loss settings and the peers' (a method's: loss_config)."""
 
     def checks(self) -> list[tuple[str, bool, str]]:
@@ -76,12 +73,12 @@ def loss_config(cfg, method: str) -> LossConfig:
 
 
 @dataclass
-class Config(rm.Config, variants.PeerSettings):
+class Config(rm.Config, peers.PeerSettings):
     """reco_mini's Config and the peers' settings."""
 
     def __post_init__(self):  # reco_mini's checks (with the peers': checks) and the task's defaults, then these
         super().__post_init__()
-        reco_io.check([
+        cli.check([
             ("pass_k", self.advantage != "pass-at-k" or self.pass_k <= self.group_size,
              f"must be at most --group-size ({self.group_size}), got {self.pass_k}"),
             ("head_chunk", self.head_chunk <= 0 or self.token_ratio != "simko",
@@ -95,9 +92,9 @@ class Config(rm.Config, variants.PeerSettings):
 def parse_config(argv: list[str] | None = None) -> Config:
     """reco_mini's flags and the peers' (--help: their group "peers"); a bad one is a one-line error."""
     choices = {"advantage": list(ADVANTAGES), "prompt_gate": list(PROMPT_GATES),
-               "response_weight": list(RESPONSE_WEIGHTS)} | variants.PEER_CHOICES
-    return reco_io.parse_config(Config, argv, __doc__.split("\n")[0], groups=GROUPS, choices=choices,
-                                prog="experiments/lab.py")
+               "response_weight": list(RESPONSE_WEIGHTS)} | peers.PEER_CHOICES
+    return cli.parse_config(Config, argv, __doc__.split("\n")[0], groups=GROUPS, choices=choices,
+                            prog="experiments/lab.py")
 
 
 @dataclass
@@ -118,7 +115,7 @@ class Step:
     entropy: Tensor  # [B, T] H_old(s_t)
     weights: Tensor  # [B] w_i
     loss_cfg: LossConfig  # the method's (loss_config)
-    task: object  # the reco_task task
+    task: object  # the task (reco.tasks.TASKS)
     tokenizer: object
 
 
@@ -133,11 +130,11 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None,
     solved = set()  # lab: the prompt gate's memory, problems with a success in an earlier step
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     P, G, tau = cfg.prompts_per_step, cfg.group_size, cfg.temperature
-    log = reco_log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
-    trajectory = reco_io.Trajectory(run_dir, cfg.eval_every if evals else 0)
+    logger = log.RunLogger(run_dir / "log.jsonl", cfg.log, method, asdict(cfg))  # + --log sinks
+    trajectory = log.Trajectory(run_dir, cfg.eval_every if evals else 0)
     base_on_device = base is not None and base.device == model.device  # the KL term, kl_base
-    reco_io.check_training(cfg, loss_cfg, model, base_on_device)
-    for step in tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
+    hf.check_training(cfg, loss_cfg, model, base_on_device)
+    for step in log.tqdm(range(cfg.steps), desc=f"rl {method}", leave=False):
         t0 = time.time()
         # Rollout and reward: G responses to each of P prompts, scored by the task's verifier
         step_problems = rng.sample(problems, P)
@@ -176,7 +173,7 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None,
         batch = dict(old_logp=old_logp, advantages=A, mask=mask, weights=w, v_old=v_old)
         batch |= dict(resp=r["resp"], ref_logp=ref_logp, **hooked.pop("batch", {}))  # lab: the hook's
         stats, t2 = {}, time.time()  # name -> one value per update (policy_loss's: per micro-batch)
-        with reco_io.training(model, cfg.gradient_checkpointing):
+        with hf.training(model, cfg.gradient_checkpointing):
             for _ in range(cfg.epochs):
                 order = torch.randperm(P * G, generator=gen, device=cfg.device)
                 for idx in order.chunk(cfg.minibatches):
@@ -184,7 +181,7 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None,
                     loss = 0.0
                     mini = dict(num_tokens=mask[idx].sum(), num_seqs=len(idx))  # its normalisers
                     for mic in idx.split(cfg.micro_batch or len(idx)):  # gradients add up
-                        with reco_io.autocast(cfg.device, cfg.dtype):  # --dtype
+                        with hf.autocast(cfg.device, cfg.dtype):  # --dtype
                             logp, v, _, logits = rm.policy_stats(cfg, model, seqs, mic)
                         mb = {k: x[mic] for k, x in batch.items() if x is not None}
                         mb["v_old_mean"] = v_old_mean
@@ -195,22 +192,22 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None,
                             stats.setdefault(k, []).append(float(x))
                     clip = cfg.grad_clip or math.inf
                     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip).item()
-                    reco_io.stop_if_not_finite(loss, grad_norm, f"{method} at step {step}", run_dir)
+                    hf.stop_if_not_finite(loss, grad_norm, f"{method} at step {step}", run_dir)
                     optimizer.step()
                     stats.setdefault("grad_norm", []).append(grad_norm)
                     stats.setdefault("loss", []).append(loss)
         if (step + 1) % 10 == 0 or step + 1 == cfg.steps:
-            reco_io.save_atomic(model.state_dict(), run_dir / "model.pt")
+            hf.save_atomic(model.state_dict(), run_dir / "model.pt")
         # Log: the step's statistics (docs/design.md §2 lists them), the hook's (lab) and the updates' means
         kl_base = rm.k3(old_logp, ref_logp) if base_on_device else None
         tokens = dict(v_old_mean=v_old_mean, entropy=entropy, kl_base=kl_base, mask=mask)
-        row = reco_io.step_row(step, rewards, A, w, **tokens)
-        row |= hooked | reco_io.update_summary(stats)  # lab: the hook's fields, then the updates' means
+        row = log.step_row(step, rewards, A, w, **tokens)
+        row |= hooked | log.update_summary(stats)  # lab: the hook's fields, then the updates' means
         row |= {"time_rollout": t1 - t0, "time_old_stats": t2 - t1, "time_update": time.time() - t2}
-        log.log(row)
+        logger.log(row)
         if trajectory.due(step + 1):
             result = rm.evaluate(cfg, model, tokenizer, evals, desc=f"step {step + 1}")
             trajectory.write(step + 1, result)
-    log.close()
+    logger.close()
     model.zero_grad(set_to_none=True)  # free the gradients for what follows (evaluation)
     return model

@@ -2,7 +2,7 @@
 
 Trains (or loads from runs/cache) reco_mini's countdown-long base for seed 0 and evaluates it on the validation split
 (never the test split): Pass@k for k = 1..n, and the exact and canonical duplicate rates among 8 samples per prompt.
-The SFT form skew is reco_countdown.LONG_SFT_FORM_PRIOR; --prior overrides it for tuning (validation only).
+The SFT form skew is reco.tasks.countdown.LONG_SFT_FORM_PRIOR; --prior overrides it for tuning (validation only).
 
   python experiments/long_base.py                        # the committed prior
   python experiments/long_base.py --prior 0.6,0.25,0.1,0.035,0.015 --sft-steps 600 > runs/tune/x.json
@@ -20,9 +20,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
-import reco_countdown as rc  # noqa: E402
 import reco_mini as rm  # noqa: E402
-from reco_task import TASKS  # noqa: E402
+from reco.tasks import TASKS  # noqa: E402
+from reco.tasks import countdown as rc  # noqa: E402
 
 
 def check_base(flags: list[str], groups: int = 64, group_size: int = 8) -> dict:

@@ -1,8 +1,8 @@
 """experiments/long_study.py: does ReCo act in the paper's regime? (issue 19; pre-registration in docs/long_study.md)
 
-Countdown-long (reco_countdown: a derivation of >= 48 tokens with >= 20 bits of reward-irrelevant surface choices, so
-exact duplicates vanish), one SFT base (reco_mini's cached countdown-long base for seed 0), six arms (ARMS), all through
-experiments/lab.py. Two phases:
+Countdown-long (reco.tasks.countdown: a derivation of >= 48 tokens with >= 20 bits of reward-irrelevant surface choices,
+so exact duplicates vanish), one SFT base (reco_mini's cached countdown-long base for seed 0), six arms (ARMS), all
+through experiments/lab.py. Two phases:
 
   select   per arm, lr in LRS, seeds SELECT_SEEDS, trajectories on the validation split; each arm's lr is chosen by
            SELECTION_RULE (fixed before any run)
@@ -46,8 +46,8 @@ from diagnostics import on_step as long_diagnostics  # noqa: E402
 from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  # noqa: E402
 
 import reco_mini as rm  # noqa: E402
-from reco_countdown import LONG_SFT_FORM_PRIOR, TOKEN_CLASSES, base_cache_path, char_tokenizer, load_base, make_splits  # noqa: E402
-from reco_task import TASKS  # noqa: E402
+from reco.tasks import TASKS  # noqa: E402
+from reco.tasks.countdown import LONG_SFT_FORM_PRIOR, TOKEN_CLASSES, base_cache_path, char_tokenizer, load_base, make_splits  # noqa: E402
 
 ARMS = {  # arm -> (reco_mini method, extra flags)
     "grpo": ("grpo", []),
@@ -164,8 +164,8 @@ def load_context(flags: list[str], base_file: Path | None = None, task_flags: li
     """Splits, tokenizer and SFT base; a committed `base_file` replaces the cached base, so that every machine runs on
     the same weights (a retrained base differs from machine to machine). Another study passes its `task_flags`."""
     cfg = lab.parse_config([*task_flags, *flags, "--seed", "0"])
-    if cfg.task == "code-tiny":  # its own problems, tokenizer, base and cache (reco_task.CodeTiny)
-        import reco_code_tiny as tiny
+    if cfg.task == "code-tiny":  # its own problems, tokenizer, base and cache (reco.tasks.CodeTiny)
+        from reco.tasks import code_tiny as tiny
         task, cache = TASKS[cfg.task], tiny.base_cache_path(cfg)
         splits = task.splits(cfg)
         _copy_base(base_file, cache)

@@ -1,13 +1,11 @@
-"""reco_variants.py: the rarely used response weights of reco_mini (`--occurrence token-mean | count | canonical`), and
-the peers' methods that the positive-control study puts beside GRPO and ReCo (issue 42).
+"""reco/peers.py: the published peers' methods that the studies put beside GRPO and ReCo (issue 42): Pass@k
+training's advantage, zero-success gating, UCPO's response weights and SimKO's token ratio.
 
-Each occurrence mode gives m_i, the expected copies of y_i in its group, with the signature of reco_mini.OCCURRENCES;
-reco_mini files them in OCCURRENCES, in the order of its flag's help. Each peer is one function of the kind its registry
-takes (an advantage, a prompt gate, a response weight, a token term), and PeerSettings their settings (PEER_NUMBERS and
-PEER_CHOICES their allowed values): experiments/lab.py, the research trainer, files them in its registries and adds the
-settings to reco_mini's Config; reco_mini itself runs none of them. This module imports nothing of reco_mini (only
-reco_io's `opt` and `Allowed`): run as a script, reco_mini.py is __main__, and an `import reco_mini` here would load a
-second copy with its own registries.
+Each peer is one function of the kind its registry takes (an advantage, a prompt gate, a response weight, a token
+term), and PeerSettings their settings (PEER_NUMBERS and PEER_CHOICES their allowed values): experiments/lab.py, the
+research trainer, files them in its registries and adds the settings to reco_mini's Config; reco_mini itself runs
+none of them. Like all of reco/, this module imports nothing of reco_mini: run as a script, reco_mini.py is __main__,
+and an `import reco_mini` here would load a second copy with its own registries.
 """
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from reco_io import POSITIVE, Allowed, opt
+from reco.cli import POSITIVE, Allowed, opt
 
 
 @dataclass
@@ -48,24 +46,6 @@ PEER_NUMBERS = {
     "simko_quantile": Allowed(0, 1),
 }
 PEER_CHOICES = {"ucpo_score": ("mean", "sum"), "simko_scale": ("advantage", "ratio")}
-
-
-def copies_token_mean(lp: Tensor, lengths: Tensor, responses, keys) -> Tensor:
-    """m_i with p_i = exp(mean_t log pi_old(y_it)), the geometric-mean token probability."""
-    return 1.0 + (lp.shape[1] - 1) * (lp / lengths.clamp(min=1)).exp()
-
-
-def copies_count(lp: Tensor, lengths, responses: list, keys=None) -> Tensor:
-    """m_i = c_i, the copies of y_i in its group: identical token ids (the sequences of p_i)."""
-    G = lp.shape[1]
-    rows = [responses[i: i + G] for i in range(0, len(responses), G)]
-    counts = [[row.count(y) for y in row] for row in rows]
-    return torch.tensor(counts, dtype=torch.float64, device=lp.device)
-
-
-def copies_canonical(lp: Tensor, lengths, responses, keys: list) -> Tensor:
-    """m_i = the responses of y_i's group with its canonical key (the task's: reco_task)."""
-    return copies_count(lp, lengths, keys)
 
 
 # ==== Peer methods (issue 42): each one function, filed by experiments/lab.py in the registry of its kind; the positive control's

@@ -15,12 +15,11 @@ from typing import Any
 
 import yaml
 
-import reco_io
-import reco_log
-from reco_io import POSITIVE, Allowed
+from reco import cli, log
+from reco.cli import POSITIVE, Allowed
+from reco.peers import PeerSettings
 from reco_mini import METHODS, LossConfig, loss_config
 from reco_scaled.rollout.factory import ENGINES
-from reco_variants import PeerSettings
 
 
 class ConfigError(ValueError):
@@ -47,9 +46,9 @@ class CountdownConfig:  # task: countdown; the tiny base model is built when mod
 
 @dataclass
 class DataConfig:  # task: math or code
-    train: str = ""  # JSONL/parquet file, dataset directory or hub name NAME[:CONFIG][:SPLIT] (reco_data, reco_code_data)
-    problem_key: str = ""  # math: "" = the known layouts (reco_data.PROBLEM_FIELDS)
-    answer_key: str = ""  # math: "" = the known layouts (reco_data.ANSWER_FIELDS)
+    train: str = ""  # JSONL/parquet file, dataset directory or hub name NAME[:CONFIG][:SPLIT] (reco.data.math, reco.data.code)
+    problem_key: str = ""  # math: "" = the known layouts (reco.data.math.PROBLEM_FIELDS)
+    answer_key: str = ""  # math: "" = the known layouts (reco.data.math.ANSWER_FIELDS)
     template: str = "qwen-boxed"  # qwen-boxed | chat | plain; code: plain (completion prompts) or chat (a fenced block)
     max_prompt_tokens: int = 1024  # longer prompts are dropped at load time
 
@@ -146,7 +145,7 @@ NUMBERS = {
     "seed": Allowed(0),
     "countdown.n_train": Allowed(1),
     "countdown.n_test": Allowed(1),
-    "countdown.hidden": reco_io.RUN_NUMBERS["hidden"],
+    "countdown.hidden": cli.RUN_NUMBERS["hidden"],
     "countdown.layers": Allowed(1),
     "countdown.sft_steps": Allowed(1),
     "countdown.sft_batch": Allowed(1),
@@ -244,8 +243,8 @@ def validate(cfg: RunConfig) -> None:
                           "in experiments/lab.py's loop only (the positive-control study)")
     if cfg.algo.occurrence == "canonical":
         raise ConfigError("config key 'algo.occurrence' canonical is not supported by reco_scaled yet: its "
-                          "canonical keys come from reco_mini's tasks only (reco_countdown.response_key); use count")
-    if problem := reco_log.check_sinks(cfg.train.loggers):
+                          "canonical keys come from reco_mini's tasks only (countdown's response_key); use count")
+    if problem := log.check_sinks(cfg.train.loggers):
         raise ConfigError(f"config key 'train.loggers' {problem}")
     if not cfg.name:
         raise ConfigError("config key 'name' must not be empty")

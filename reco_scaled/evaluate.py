@@ -7,16 +7,16 @@
     python -m reco_scaled.evaluate --compare base=runs/eval/base/counts.jsonl grpo=runs/eval/grpo/counts.jsonl \\
         reco=runs/eval/reco/counts.jsonl --out runs/eval/compare
 
-Per problem it writes one line {benchmark, id, n, c, distinct_correct} to ``<out>/counts.jsonl`` as soon as
-the problem is graded, so Pass@k for any k <= n can be recomputed later (``--from-counts``, ``summarize``)
-and an interrupted run resumes where it stopped: problems already in counts.jsonl are not sampled again.
-Grading runs in threads (``reco_grader.grade_group``, which grades a problem's responses at once on the grader's
-time-bounded worker processes) while the engine samples the next problems. The Pass@k estimator is ``reco_mini.pass_at_k``.
+Per problem it writes one line {benchmark, id, n, c, distinct_correct} to ``<out>/counts.jsonl`` as soon as the problem
+is graded, so Pass@k for any k <= n can be recomputed later (``--from-counts``, ``summarize``) and an interrupted run
+resumes where it stopped: problems already in counts.jsonl are not sampled again. Grading runs in threads
+(``reco.rewards.math_grader.grade_group``, which grades a problem's responses at once on the grader's time-bounded
+worker processes) while the engine samples the next problems. The Pass@k estimator is ``reco_mini.pass_at_k``.
 
-Code benchmarks (humaneval, mbpp: reco_scaled.data) are prompted and graded by reco_mini's code tasks (reco_task):
+Code benchmarks (humaneval, mbpp: reco_scaled.data) are prompted and graded by reco_mini's code tasks (reco.tasks):
 ``--template plain`` gives a base model HumanEval's completion prompt and cuts the program at the stop sequences,
 ``--template chat`` asks an instruct model for a fenced ```python block; each problem's programs run at once in
-reco_code's sandbox, and distinct_correct counts the correct programs that differ beyond formatting.
+the code reward's sandbox, and distinct_correct counts the correct programs that differ beyond formatting.
 """
 from __future__ import annotations
 
@@ -27,23 +27,17 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from reco_code_task import program_key
-from reco_grader import grade_group
-from reco_io import (
-    Allowed,
-    ArgumentParser,
-    command_name,
-    flag_help,
-    format_table,
-    model_problem,
-    plot_pass_at_k,
-    tqdm,  # tqdm's bar; in a log file, a line a minute at most
-)
+from reco.cli import Allowed, ArgumentParser, command_name, flag_help
+from reco.hf import model_problem
+from reco.log import tqdm
+from reco.report import format_table, plot_pass_at_k
+from reco.rewards.math_grader import grade_group
+from reco.tasks import TASKS
+from reco.tasks.code import program_key
 from reco_mini import default_ks, pass_at_k
 from reco_scaled.data import BENCHMARKS, TEMPLATES, DataError, build_prompt, load_benchmark, load_problems, parse_source
 from reco_scaled.rollout.base import RolloutEngine
 from reco_scaled.rollout.factory import ENGINES, make_engine
-from reco_task import TASKS
 
 # (problems, n, seed) -> n response texts per problem
 Sampler = Callable[[list[dict], int, int], list[list[str]]]
@@ -106,15 +100,15 @@ def read_counts(path: str | Path) -> list[dict]:
 
 
 def code_task(template: str):
-    """reco_task's code task for a template: completion prompts (plain) or an instruct model's fenced block (chat)."""
+    """reco.tasks' code task for a template: completion prompts (plain) or an instruct model's fenced block (chat)."""
     return TASKS["code-chat" if template == "chat" else "code"]
 
 
 def grade_problem(problem: dict, responses: list[str], template: str = "qwen-boxed") -> tuple[int, int]:
     """(correct responses, distinct correct responses) for one problem: a math problem's boxed answers
-    (reco_grader.grade_group), or a code problem's programs, run at once in reco_code's sandbox (distinct: their
-    programs up to formatting)."""
-    if "answer" in problem:  # reco_data's problems have an answer; reco_code_data's have tests instead
+    (reco.rewards.math_grader.grade_group), or a code problem's programs, run at once in reco.rewards.code's sandbox
+    (distinct: their programs up to formatting)."""
+    if "answer" in problem:  # reco.data.math's problems have an answer; reco.data.code's have tests instead
         return grade_group(responses, problem["answer"])
     task = code_task(template)
     verdicts = task.rewards([problem] * len(responses), responses)
@@ -216,7 +210,7 @@ class _InlineExecutor(Executor):
 def _grading_pool(workers: int) -> Executor:
     if workers <= 0:
         return _InlineExecutor()
-    # threads: each problem's grade_group waits on reco_grader's own worker processes (clean, time-bounded)
+    # threads: each problem's grade_group waits on the math grader's own worker processes (clean, time-bounded)
     return ThreadPoolExecutor(max_workers=workers)
 
 
@@ -383,7 +377,7 @@ def parse_config(argv: list[str] | None = None) -> EvalConfig:
     add("--limit", "only the first N problems of each benchmark (0 = all)", type=int, metavar="N")
     add("--prompts-per-call", "problems per engine call", type=int, metavar="N")
     add("--hf-batch-size", "hf engine: sequences decoded at once", type=int, metavar="N")
-    add("--workers", "problems graded at once, in threads over reco_grader's worker processes (0 = in the loop)",
+    add("--workers", "problems graded at once, in threads over the math grader's worker processes (0 = in the loop)",
         type=int, metavar="N")
     add("--ks", "comma-separated k (default 1,2,4,...,n)", metavar="K,K,...")
     add("--from-counts", "report these counts files", nargs="+", metavar="[NAME=]PATH")

@@ -16,7 +16,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-import reco_io
+from reco import cli
 from reco_scaled.config import ConfigError, RunConfig, load_config
 from reco_scaled.kernels import LINEAR_CHUNKS
 from reco_scaled.shapes import SHAPES, parameter_count
@@ -129,4 +129,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":  # a bad config or an unknown model: one line, exit code 2
-    reco_io.run_entry_point("python -m reco_scaled.memory", main, (ConfigError, KeyError))
+    cli.run_entry_point("python -m reco_scaled.memory", main, (ConfigError, KeyError))

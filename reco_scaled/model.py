@@ -3,7 +3,7 @@
 `PolicyModel` is what DDP and FSDP2 wrap. Its forward runs the decoder and the LM head (naive or
 fused, see loss.token_stats) inside one module call, so FSDP2's root unshards the LM head for it.
 `load_lm` loads a model directory (real weights on rank 0 only: `build_lm`); with model.path "" it
-first builds reco_mini's tiny countdown model, SFT-ed by reco_countdown.sft and cached as a model
+first builds reco_mini's tiny countdown model, SFT-ed by reco.tasks.countdown.sft and cached as a model
 directory under runs/cache/.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from reco_countdown import char_tokenizer, make_splits, sft, tiny_model
-from reco_io import unreadable_weights
+from reco.hf import unreadable_weights
+from reco.tasks.countdown import char_tokenizer, make_splits, sft, tiny_model
 from reco_mini import Config
 from reco_scaled import distributed
 from reco_scaled.config import RunConfig

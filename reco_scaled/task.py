@@ -1,11 +1,11 @@
 """Training problems, their prompts, the reward, and the data position.
 
-task: countdown uses reco_countdown's problems (make_splits) and reco_task's prompt and reward.
+task: countdown uses reco.tasks.countdown's problems (make_splits) and reco.tasks' prompt and reward.
 task: math reads problems with reco_scaled.data.load_problems, formats them with
-reco_scaled.data.build_prompt and grades a step's responses at once through reco_task's math task
-(reco_grader.grade_many). task: code reads problems with reco_code_data.load_code_problems and prompts and grades
-them through reco_task's code task (data.template plain) or code-chat task (chat): a step's programs run at once in
-reco_code's sandbox (reco_code.grade_many).
+reco_scaled.data.build_prompt and grades a step's responses at once through reco.tasks' math task
+(reco.rewards.math_grader.grade_many). task: code reads problems with reco.data.code.load_code_problems and prompts
+and grades them through reco.tasks' code task (data.template plain) or code-chat task (chat): a step's programs run
+at once in the code reward's sandbox (reco.rewards.code.grade_many).
 """
 from __future__ import annotations
 
@@ -13,18 +13,18 @@ from dataclasses import dataclass
 
 import torch
 
-from reco_countdown import make_splits
-from reco_io import has_bos
+from reco.hf import has_bos
+from reco.tasks import TASKS
+from reco.tasks.countdown import make_splits
 from reco_scaled.config import ConfigError, RunConfig
 from reco_scaled.rollout.base import Rollout
-from reco_task import TASKS
 
 
 @dataclass
 class Task:
-    problems: list  # reco_mini.Problem (countdown), {"problem", "answer"} dicts (math) or reco_code_data's (code)
+    problems: list  # reco_mini.Problem (countdown), {"problem", "answer"} dicts (math) or reco.data.code's (code)
     prompt_ids: list[list[int]]  # tokenised prompt of each problem
-    task: object = TASKS["math"]  # the reco_task task that scores a response
+    task: object = TASKS["math"]  # the reco.tasks task that scores a response
 
     def rewards(self, indices: list[int], responses: list[str]) -> list[float]:
         """The reward of each (problem index, response) pair; a math or code batch is graded in parallel (grade_many)."""
@@ -50,7 +50,7 @@ def load_task(cfg: RunConfig, tokenizer, problems: list[dict] | None = None) -> 
         problems = make_splits(mini_config(cfg))["train"]
         texts = [TASKS["countdown"].prompt(p, tokenizer) for p in problems]
     elif cfg.task == "code":
-        from reco_code_data import load_code_problems
+        from reco.data.code import load_code_problems
 
         problems = problems or load_code_problems(cfg.data.train)
         texts = [scorer.prompt(p, tokenizer) for p in problems]

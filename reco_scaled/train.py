@@ -22,15 +22,15 @@ import sys
 import time
 from pathlib import Path
 
-import reco_io
-from reco_data import DataError, load_problems
+from reco import cli, hf
+from reco.data.math import DataError, load_problems
 from reco_scaled.checkpoint import CheckpointError, resume_point
 from reco_scaled.config import CONFIGS, ConfigError, batch_plan, load_config
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = reco_io.ArgumentParser(prog=reco_io.command_name("reco_scaled.train", "python -m reco_scaled.train"),
-                                    description=__doc__.split("\n")[0])
+    parser = cli.ArgumentParser(prog=cli.command_name("reco_scaled.train", "python -m reco_scaled.train"),
+                                description=__doc__.split("\n")[0])
     shipped = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
     parser.add_argument("--config", required=True, metavar="NAME_OR_FILE",
                         help=f"a YAML file, or a shipped config by name: {shipped}")
@@ -62,16 +62,16 @@ def main(argv: list[str] | None = None) -> int:
 def check_inputs(cfg, world_size: int) -> list[dict] | None:
     """The bad input that can be found before the run directory is touched or a model loads: the batch arithmetic,
     the data (tasks math and code: read and checked whole; returned, so that it is not read twice), the model's path (a
-    local directory that exists, or a hub name that can be fetched: reco_io.model_problem) and the checkpoint to resume."""
+    local directory that exists, or a hub name that can be fetched: hf.model_problem) and the checkpoint to resume."""
     batch_plan(cfg, world_size)
     problems = None
     if cfg.task == "math":
         problems = load_problems(cfg.data.train, problem_key=cfg.data.problem_key, answer_key=cfg.data.answer_key)
     elif cfg.task == "code":
-        from reco_code_data import load_code_problems
+        from reco.data.code import load_code_problems
 
         problems = load_code_problems(cfg.data.train)
-    if cfg.model.path and (problem := reco_io.model_problem(cfg.model.path)):
+    if cfg.model.path and (problem := hf.model_problem(cfg.model.path)):
         raise ConfigError(f"config key 'model.path' {problem}")
     resume_point(cfg)
     return problems

@@ -30,8 +30,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-import reco_log
-from reco_io import tqdm, update_shares, update_sizes  # tqdm: in a log file, a line a minute at most
+from reco.log import RunLogger, tqdm, update_shares, update_sizes  # tqdm: in a log file, a line a minute at most
 from reco_mini import focal_scale, group_advantages, k3, occurrence_weights
 from reco_scaled import checkpoint, distributed
 from reco_scaled.config import RunConfig, batch_plan, describe, flatten
@@ -122,7 +121,7 @@ class Trainer:
     def fit(self) -> None:
         cfg, d = self.cfg, self.d
         bar = tqdm(total=cfg.train.steps, initial=self.step, desc=cfg.name, disable=not d.main)
-        with (reco_log.RunLogger(self.log_path, cfg.train.loggers, cfg.name, dataclasses.asdict(cfg), mode="a") if d.main
+        with (RunLogger(self.log_path, cfg.train.loggers, cfg.name, dataclasses.asdict(cfg), mode="a") if d.main
               else contextlib.nullcontext()) as log:
             while self.step < cfg.train.steps:
                 row = self.train_step()

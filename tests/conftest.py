@@ -38,16 +38,16 @@ def one_thread():
 
 @pytest.fixture
 def graded(monkeypatch) -> list[str]:
-    """The programs that reach reco_code.grade_many (which still grades them): tests/test_code_task.py and
+    """The programs that reach reco.rewards.code.grade_many (which still grades them): tests/test_code_task.py and
     tests/test_code_scaled.py."""
-    import reco_code
+    from reco.rewards import code as code_reward
 
     seen: list[str] = []
-    real = reco_code.grade_many
+    real = code_reward.grade_many
 
     def spy(programs, tests, **kwargs):
         seen.extend(programs)
         return real(programs, tests, **kwargs)
 
-    monkeypatch.setattr(reco_code, "grade_many", spy)
+    monkeypatch.setattr(code_reward, "grade_many", spy)
     return seen

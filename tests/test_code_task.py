@@ -1,7 +1,8 @@
-"""reco_mini's code tasks: programs from responses (reco_code_task), the code and code-chat tasks on HumanEval, code-tiny
-(reco_code_tiny), their settings, and `reco_mini.main` end to end on a tiny model, offline.
+"""reco_mini's code tasks: programs from responses (reco.tasks.code), the code and code-chat tasks on HumanEval,
+code-tiny (reco.tasks.code_tiny), their settings, and `reco_mini.main` end to end on a tiny model, offline.
 
-Every program that is run, runs in reco_code's sandbox; the spies below wrap reco_code.grade_many to see what reached it.
+Every program that is run, runs in the code reward's sandbox; the spies below wrap reco.rewards.code.grade_many to see
+what reached it.
 """
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ from pathlib import Path
 import pytest
 from tiny_code_model import ADD_ID, MBPP_ROW
 
-import reco_code_task as ct
-import reco_code_tiny as tiny
-import reco_countdown
-import reco_io
 import reco_mini
-from reco_code_data import load_code_problems
-from reco_task import TASKS
+from reco import cli
+from reco.data.code import load_code_problems
+from reco.tasks import TASKS, countdown
+from reco.tasks import code as ct
+from reco.tasks import code_tiny as tiny
 
 HUMANEVAL = {p["id"]: p for p in load_code_problems("humaneval")}
 ADD = HUMANEVAL[ADD_ID]  # def add(x: int, y: int): ...
@@ -185,7 +185,7 @@ def test_code_chat_asks_for_a_fenced_block_and_grades_the_last_one():
         == [1.0, 0.0, 0.0]  # the last: no fenced block
     assert tokenizer.convert_tokens_to_ids("<eos>") in task.stop_ids(tokenizer, None)
     with pytest.raises(ValueError, match="needs a tokenizer with a chat template"):
-        task.prompt(ADD, reco_countdown.char_tokenizer())
+        task.prompt(ADD, countdown.char_tokenizer())
 
 
 def test_canonical_keys_of_the_code_task_are_the_programs():
@@ -201,8 +201,8 @@ def test_every_writing_of_a_form_has_its_shape_and_its_value():
             for a, b in ((3, 7), (9, 2)):
                 text = writing.format(a=a, b=b)
                 assert tiny.response_form(text) == form, text
-                for x in (0, 4, 13):  # the value by sympy's exact arithmetic (reco_countdown), x written in
-                    assert reco_countdown.countdown_value(text.replace("x", str(x))) == tiny.FUNCTIONS[form](a, b, x)
+                for x in (0, 4, 13):  # the value by sympy's exact arithmetic (reco.tasks.countdown), x written in
+                    assert countdown.countdown_value(text.replace("x", str(x))) == tiny.FUNCTIONS[form](a, b, x)
 
 
 def test_code_tiny_problems_are_determined_by_their_prompt_and_checked_on_hidden_points():
@@ -238,7 +238,7 @@ def test_code_tiny_defaults_replace_configs_defaults_unless_a_flag_is_given(caps
     assert {k: getattr(cfg, k) for k in TASKS["code-tiny"].config_defaults} == TASKS["code-tiny"].config_defaults
     assert cfg.max_new_tokens == tiny.MAX_NEW_TOKENS and cfg.head_chunk == 0
     assert reco_mini.parse_config(["--task", "code-tiny", "--n-eval", "32", "--steps", "5"]).n_eval == 32
-    assert reco_mini.parse_config(["--task", "code-tiny", "--quick"]).steps == reco_io.QUICK["steps"]
+    assert reco_mini.parse_config(["--task", "code-tiny", "--quick"]).steps == cli.QUICK["steps"]
     assert reco_mini.parse_config([]).n_eval == 256  # countdown keeps Config's defaults
     with pytest.raises(SystemExit):  # the checks run again on the task's values: --ks against its n_eval
         reco_mini.parse_config(["--task", "code-tiny", "--ks", "1,128"])
@@ -252,7 +252,7 @@ def test_the_code_tiny_table_in_the_docs_is_the_committed_run():
     """docs/code_tasks.md's table and form counts are results/code_tiny.json's, a run at code-tiny's defaults."""
     import json
 
-    from reco_io import format_table
+    from reco.report import format_table
 
     root = Path(__file__).resolve().parents[1]
     results = json.loads((root / "results" / "code_tiny.json").read_text())

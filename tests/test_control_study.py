@@ -29,8 +29,8 @@ for _registry, _names in zip(_REGISTRIES, _BEFORE):
         del _registry[_name]
 for _module in ("fork_arms", "fork_study"):
     sys.modules.pop(_module, None)
-from reco_countdown import char_tokenizer, make_splits, tiny_model  # noqa: E402
-from reco_task import TASKS  # noqa: E402
+from reco.tasks import TASKS  # noqa: E402
+from reco.tasks.countdown import char_tokenizer, make_splits, tiny_model  # noqa: E402
 
 PLAN = {"arms": list(cs.ARMS), "confirm": (500, 501), "where": (60,), "base_sha256": "ab" * 32, "lrs": cs.LRS,
         "select": (40, 41)}
@@ -300,7 +300,7 @@ def test_the_code_family_runs_only_after_the_first_and_within_what_it_left(tmp_p
 
 @pytest.mark.slow
 def test_quick_code_family_end_to_end(tmp_path, monkeypatch):
-    """The whole second family on a tiny code-tiny model, graded in reco_code's sandbox."""
+    """The whole second family on a tiny code-tiny model, graded in reco.rewards.code's sandbox."""
     monkeypatch.chdir(tmp_path)
     out, results = tmp_path / "runs", tmp_path / "c.json"
     summary = cs.main(["--family", "code-tiny", "--quick", "--out", str(out), "--results", str(results)])

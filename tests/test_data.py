@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-import reco_countdown
-import reco_grader
+from reco.rewards import math_grader
+from reco.tasks import countdown
 from reco_scaled.data import BENCHMARKS, DataError, build_prompt, load_benchmark, load_problems
 
 FIXTURE = Path(__file__).parent / "fixtures" / "math_small.jsonl"
@@ -106,7 +106,7 @@ def test_qwen_boxed_template_is_exact():
 
 
 def test_chat_and_plain_templates():
-    tok = reco_countdown.char_tokenizer()
+    tok = countdown.char_tokenizer()
     with pytest.raises(ValueError, match="chat template"):
         build_prompt(tok, "q", "chat")
     tok.chat_template = ("{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}\n{% endfor %}"
@@ -143,7 +143,7 @@ def test_registry_reads_each_benchmark_in_its_native_layout(tmp_path):
     # the Qwen2.5-Math layout of Minerva: the gold answer is the solution, whose last \boxed{} the grader reads
     write(tmp_path / "minerva.jsonl", json.dumps({"problem": "p", "solution": "so $x=\\boxed{0.3}$"}))
     gold = load_benchmark("minerva", tmp_path)[0]["answer"]
-    assert reco_grader.grade_answer("\\boxed{0.3}", gold) and not reco_grader.grade_answer("\\boxed{0.4}", gold)
+    assert math_grader.grade_answer("\\boxed{0.3}", gold) and not math_grader.grade_answer("\\boxed{0.4}", gold)
 
 
 def test_registry_missing_file_without_datasets_says_where_to_get_it(tmp_path, monkeypatch):

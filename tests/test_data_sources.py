@@ -1,7 +1,7 @@
-"""reco_data.load_problems on dataset directories and hub names, through the real `datasets` library.
+"""reco.data.math.load_problems on dataset directories and hub names, through the real `datasets` library.
 
 No hub is reachable here, so every dataset is built by the test in its source's published layout (columns as on
-the hub, cited in reco_data's docstring) and saved locally: with ``save_to_disk``, or as a copy of the hub
+the hub, cited in reco.data.math's docstring) and saved locally: with ``save_to_disk``, or as a copy of the hub
 repository (parquet/JSONL files and the README's ``configs``). The hub itself is offline for these tests.
 """
 import json
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import reco_io
-from reco_data import DataError, load_problems, parse_source
-from reco_task import TASKS
+from reco.data import math as math_data
+from reco.data.math import DataError, load_problems, parse_source
+from reco.tasks import TASKS
 
 datasets = pytest.importorskip("datasets", reason="datasets (requirements.txt) is not installed")
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,7 +196,7 @@ def test_reco_mini_entry_point_reports_a_bad_dataset_in_one_line(tmp_path, capsy
     datasets.Dataset.from_list([{"question": "q", "explanation": "e"}]).save_to_disk(str(tmp_path / "noanswer"))
     capsys.readouterr()  # the save's progress bar
     with pytest.raises(SystemExit) as exc:
-        reco_io.math_splits(str(tmp_path / "noanswer"))
+        math_data.math_splits(str(tmp_path / "noanswer"))
     assert exc.value.code == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "noanswer:row 1: missing field 'answer' or" in line and "(its fields: question, explanation)" in line
@@ -204,12 +204,12 @@ def test_reco_mini_entry_point_reports_a_bad_dataset_in_one_line(tmp_path, capsy
 
 @pytest.mark.slow
 def test_reco_mini_math_run_on_a_saved_gsm8k_dataset(tmp_path, monkeypatch):
-    """`--data DIR:train --eval-data DIR:test` end to end: a tiny random Qwen2 (reco_countdown.tiny_model, as the
+    """`--data DIR:train --eval-data DIR:test` end to end: a tiny random Qwen2 (reco.tasks.countdown.tiny_model, as the
     math-path test of test_cli does) trains one GRPO step on a saved GSM8K-layout dataset and is evaluated."""
     import torch
 
     import reco_mini
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
 
     def gsm8k_row(a, b):
         return {"question": f"{a}+{b}", "answer": f"{a}+{b} = <<{a}+{b}={a + b}>>{a + b}\n#### {a + b}"}
@@ -242,7 +242,7 @@ def test_reco_mini_math_run_on_a_saved_gsm8k_dataset(tmp_path, monkeypatch):
 
 
 def test_reco_scaled_data_train_and_the_evaluator_read_dataset_sources(tmp_path):
-    from reco_countdown import char_tokenizer
+    from reco.tasks.countdown import char_tokenizer
     from reco_scaled.config import load_config
     from reco_scaled.evaluate import load_benchmarks, parse_config
     from reco_scaled.task import load_task

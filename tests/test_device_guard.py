@@ -92,7 +92,7 @@ def test_one_trl_reco_step_under_the_guard(tmp_path):
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
     from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer
 
     torch.manual_seed(0)

@@ -164,7 +164,7 @@ def test_reco_mini_cites_the_design_by_path_and_section_sign():
 def test_paths_named_in_the_design_document_exist():
     """Repository paths in backticks (a folder/ or file path, or a root module reco_*.py) must exist."""
     names = re.findall(r"`((?:[\w.-]+/)+[\w.-]*|reco_\w+\.py)`", DESIGN.read_text())
-    repo_dirs = ("reco_scaled/", "tests/", "tutorial/", "experiments/", "results/", "benchmarks/", "docs/", ".ci/")
+    repo_dirs = ("reco/", "reco_scaled/", "tests/", "tutorial/", "experiments/", "results/", "benchmarks/", "docs/", ".ci/")
     checked = [n for n in dict.fromkeys(names) if n.startswith(repo_dirs) or "/" not in n]
     missing = [n for n in checked if not (ROOT / n).exists()]
     assert len(checked) > 20 and not missing, f"docs/design.md names paths that do not exist: {missing}"
@@ -254,6 +254,15 @@ def test_readme_links_every_page_a_user_needs():
     links = {os.path.normpath(m) for m in LINK.findall(README.read_text())}
     missing = [p for p in PAGES if p not in links]
     assert not missing, f"README.md does not link {missing}"
+
+
+def test_the_readme_file_table_names_paths_that_exist():
+    """Issue 54: the Files table describes the house as it is (the flat modules moved into reco/)."""
+    table = README.read_text().split("## Files", 1)[1].split("\n## ", 1)[0]
+    named = [p for row in table.splitlines() if row.startswith("| `") for p in re.findall(r"`([\w./-]+)`", row.split(" | ")[0])]
+    assert len(named) > 15 and "reco/tasks/" in named, named
+    missing = [p for p in named if not (ROOT / p).exists()]
+    assert not missing, f"README.md's Files table names paths that do not exist: {missing}"
 
 
 def test_readme_is_a_front_door():

@@ -27,7 +27,7 @@ def work(tmp_path_factory) -> Path:
     """A tiny random Qwen2 (model/), good and malformed problem files, broken paper configs, a study's base."""
     import torch
 
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
 
     root = tmp_path_factory.mktemp("entry")
     torch.manual_seed(0)
@@ -43,7 +43,7 @@ def work(tmp_path_factory) -> Path:
         for src in configs.glob("*-reco.yaml"):
             (root / name / src.name).write_text(edit(src.read_text()) if "1.5b" in src.name else src.read_text())
     # the studies' SFT base, cached where they look for it (random weights: these runs never get to train)
-    subprocess.run([PY, "-c", "import reco_countdown as rc, reco_mini as rm\n"
+    subprocess.run([PY, "-c", "import reco_mini as rm\nfrom reco.tasks import countdown as rc\n"
                     "rc.sft = lambda cfg, model, tokenizer, exclude, demonstration: model\n"
                     "rc.load_base(rm.parse_config(['--quick', '--seed', '0']), rc.char_tokenizer(), set())"],
                    cwd=root, env=env(), check=True, capture_output=True, timeout=300)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import reco_countdown
 import reco_mini
+from reco.tasks import countdown
 from reco_scaled.data import DataError, load_problems
 from reco_scaled.evaluate import (
     EvalConfig,
@@ -163,8 +163,8 @@ def test_cli_rejects_incomplete_arguments():
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A random 2-layer Qwen2 with the character tokenizer, saved with save_pretrained."""
     torch.manual_seed(0)
-    tok = reco_countdown.char_tokenizer()
-    model = reco_countdown.tiny_model(tok, hidden=32, layers=2)
+    tok = countdown.char_tokenizer()
+    model = countdown.tiny_model(tok, hidden=32, layers=2)
     path = tmp_path_factory.mktemp("tiny")
     model.save_pretrained(path)
     tok.save_pretrained(path)

@@ -361,8 +361,8 @@ def test_the_committed_block_is_the_render_of_the_committed_summary():
 @pytest.mark.skipif(not (ROOT / "results" / "long_study_base.pt").exists(), reason="the committed base is not here")
 def test_detect_phase_rollouts_of_the_committed_base(tmp_path):
     """The detect phase's pieces on the real base and task: a rollout batch of countdown-long responses, its fork
-    tokens exactly the parser's labels (reco_countdown.long_labels, counted by hand here), and the table over them."""
-    import reco_countdown
+    tokens exactly the parser's labels (countdown.long_labels, counted by hand here), and the table over them."""
+    from reco.tasks import countdown
 
     plan = fs.make_plan(fs.argparse.Namespace(out=str(tmp_path), quick=False, timing=True, reuse=""), None)
     ctx = fs.ls.load_context(plan["flags"], ROOT / "results" / "long_study_base.pt")
@@ -373,7 +373,7 @@ def test_detect_phase_rollouts_of_the_committed_base(tmp_path):
     forks, in_grammar = 0, 0
     for row, n in zip(step.resp.tolist(), step.mask.sum(-1).tolist()):
         chars = ctx["tokenizer"].convert_ids_to_tokens(row[: int(n)])
-        labels = reco_countdown.long_labels("".join(chars[:-1] if chars[-1:] == [ctx["tokenizer"].eos_token] else chars))
+        labels = countdown.long_labels("".join(chars[:-1] if chars[-1:] == [ctx["tokenizer"].eos_token] else chars))
         if labels is not None:
             forks, in_grammar = forks + labels.count("fork"), in_grammar + 1
     assert in_grammar > 0 and float(fd.fork_tokens(step).sum()) == forks

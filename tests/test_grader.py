@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import reco_grader
-from reco_grader import grade_answer, grade_many
+from reco.rewards import math_grader
+from reco.rewards.math_grader import grade_answer, grade_many
 
 B = "\\boxed{{{}}}".format  # B("5") == "\\boxed{5}"
 
@@ -389,7 +389,7 @@ def _payloads(sentinel: str) -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def warm_pool() -> None:
     """Every worker started, so that a timing measures grading, not the first start of the pool."""
-    grade_many([B(str(k)) for k in range(2 * reco_grader.WORKERS)], ["0"] * (2 * reco_grader.WORKERS))
+    grade_many([B(str(k)) for k in range(2 * math_grader.WORKERS)], ["0"] * (2 * math_grader.WORKERS))
 
 
 @pytest.mark.slow
@@ -412,8 +412,8 @@ def test_no_parser_that_evaluates_python_runs_in_a_worker(tmp_path) -> None:
     """math-verify's expression extraction (sympy.parse_expr, which evals) and a string given to latex2sympy2's
     sympify are refused once the guards are installed, as in every worker."""
     sentinel = tmp_path / "pwned"
-    code = ("import reco_grader, math_verify.parser as p, latex2sympy2_extended.sets as s\n"
-            "reco_grader._install_guards()\n"
+    code = ("import math_verify.parser as p, latex2sympy2_extended.sets as s\nfrom reco.rewards import math_grader\n"
+            "math_grader._install_guards()\n"
             f"for call in (lambda: p.parse_expr_cached(\"__import__('os').system('touch {sentinel}')\"),\n"
             f"             lambda: s.sympify(\"__import__('os').system('touch {sentinel}')\")):\n"
             "    try:\n        call()\n    except Exception:\n        print('refused')\n")
@@ -429,7 +429,7 @@ def test_the_sympify_guard_takes_only_values() -> None:
 
     import sympy
 
-    from reco_grader import _strict_sympify
+    from reco.rewards.math_grader import _strict_sympify
     x = sympy.Symbol("x")
     assert _strict_sympify(x + 1) == x + 1 and _strict_sympify(3) == sympy.Integer(3)
     assert _strict_sympify(fractions.Fraction(1, 3)) == sympy.Rational(1, 3) and _strict_sympify(True) is sympy.true
@@ -466,7 +466,7 @@ def test_many_threads_share_the_pool(warm_pool) -> None:
 
 
 def test_an_overrunning_worker_is_killed_and_replaced(warm_pool) -> None:
-    pool = reco_grader._the_pool()
+    pool = math_grader._the_pool()
     busy = [w.pid for w in pool.workers]
     start = time.perf_counter()
     assert grade_answer(B("9^{9^{9^{9}}}"), "1", timeout_s=0.5) is False
@@ -477,13 +477,13 @@ def test_an_overrunning_worker_is_killed_and_replaced(warm_pool) -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(killed.pop(), 0)  # gone, and reaped
     assert grade_answer(B("\\frac{1}{2}"), "0.5")
-    assert len(pool.workers) <= reco_grader.WORKERS
+    assert len(pool.workers) <= math_grader.WORKERS
 
 
 def test_the_pool_recovers_when_its_zygote_dies(warm_pool) -> None:
     """Workers killed from outside, with the process that forks them, are replaced by a new zygote's, and the
     calls that found them dead are graded on the new ones."""
-    pool = reco_grader._the_pool()
+    pool = math_grader._the_pool()
     old = pool.zygote.process.pid
     for pid in [old] + [w.pid for w in pool.workers]:
         os.kill(pid, 9)
@@ -494,9 +494,9 @@ def test_the_pool_recovers_when_its_zygote_dies(warm_pool) -> None:
 
 def test_workers_end_with_their_parent(tmp_path) -> None:
     """A program that grades and exits leaves no grading process behind, nor does one that is killed."""
-    code = ("import os, sys, reco_grader\n"
-            "assert reco_grader.grade_answer('\\\\boxed{2}', '1+1')\n"
-            "pool = reco_grader._the_pool()\n"
+    code = ("import os, sys\nfrom reco.rewards import math_grader\n"
+            "assert math_grader.grade_answer('\\\\boxed{2}', '1+1')\n"
+            "pool = math_grader._the_pool()\n"
             "print(*[w.pid for w in pool.workers], pool.zygote.process.pid, flush=True)\n"
             "if sys.argv[1] == 'kill':\n    os.kill(os.getpid(), 9)\n")
     for how in ("exit", "kill"):

@@ -22,8 +22,8 @@ import pytest
 import torch
 
 import reco_mini
-from reco_countdown import char_tokenizer, make_splits, tiny_model
-from reco_task import TASKS
+from reco.tasks import TASKS
+from reco.tasks.countdown import char_tokenizer, make_splits, tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "experiments"))
@@ -157,7 +157,7 @@ REPLACED = ["    loss_cfg = loss_config(cfg, method)",
             "        w = occurrence_weights(seq_logp, loss_cfg.occurrence, **given, **how).flatten()  # [P*G]",
             "        batch |= dict(resp=r[\"resp\"], ref_logp=ref_logp)",
             "        # Log: the step's statistics (docs/design.md §2 lists them) and the updates' means",
-            "        row |= reco_io.update_summary(stats)  # the updates' means, and largest *_max"]
+            "        row |= log.update_summary(stats)  # the updates' means, and largest *_max"]
 
 
 def test_lab_loop_is_reco_minis_but_for_the_lines_it_replaces():

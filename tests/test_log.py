@@ -1,4 +1,4 @@
-"""reco_log: log.jsonl always, TensorBoard and W&B on request, for both trainers.
+"""reco/log.py: log.jsonl always, TensorBoard and W&B on request, for both trainers.
 
 The TensorBoard event files are read back with tensorboard's own reader, an independent parser of the format.
 wandb is optional and not installed by requirements.txt; its sink is checked only for the error it gives
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import reco_log
+from reco.log import SINKS, RunLogger, check_sinks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
 def test_rows_go_to_jsonl_and_tensorboard(tmp_path):
     rows = [{"step": 0, "reward_mean": 0.25, "loss": -1.5, "note": "text stays in the JSONL", "ok": True},
             {"step": 1, "reward_mean": 0.5, "loss": float("nan")}]
-    with reco_log.RunLogger(tmp_path / "log.jsonl", "tensorboard") as log:
+    with RunLogger(tmp_path / "log.jsonl", "tensorboard") as log:
         for row in rows:
             log.log(row)
     back = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
@@ -42,21 +42,21 @@ def test_rows_go_to_jsonl_and_tensorboard(tmp_path):
 
 def test_jsonl_alone_writes_no_event_file_and_append_mode_keeps_rows(tmp_path):
     path = tmp_path / "log.jsonl"
-    with reco_log.RunLogger(path, "") as log:
+    with RunLogger(path, "") as log:
         log.log({"step": 0, "x": 1.0})
-    with reco_log.RunLogger(path, "jsonl", mode="a") as log:
+    with RunLogger(path, "jsonl", mode="a") as log:
         log.log({"step": 1, "x": 2.0})
     assert [json.loads(r)["step"] for r in path.read_text().splitlines()] == [0, 1]
     assert not (tmp_path / "tensorboard").exists()
 
 
 def test_unknown_or_missing_sinks_are_named(monkeypatch):
-    assert reco_log.check_sinks("") == "" and reco_log.check_sinks("jsonl, tensorboard") == ""
-    assert "got 'mlflow'" in reco_log.check_sinks("tensorboard,mlflow")
-    monkeypatch.setitem(reco_log.SINKS, "wandb", "no_such_package_for_reco_tests")
-    assert reco_log.check_sinks("wandb") == "asks for wandb, which is not installed (pip install no_such_package_for_reco_tests)"
+    assert check_sinks("") == "" and check_sinks("jsonl, tensorboard") == ""
+    assert "got 'mlflow'" in check_sinks("tensorboard,mlflow")
+    monkeypatch.setitem(SINKS, "wandb", "no_such_package_for_reco_tests")
+    assert check_sinks("wandb") == "asks for wandb, which is not installed (pip install no_such_package_for_reco_tests)"
     with pytest.raises(ValueError, match="loggers asks for wandb"):
-        reco_log.RunLogger("unused.jsonl", "wandb")
+        RunLogger("unused.jsonl", "wandb")
 
 
 def test_reco_mini_flag_is_checked(capsys):
@@ -72,7 +72,7 @@ def test_reco_scaled_writes_tensorboard_beside_its_jsonl(tmp_path):
     """train.loggers=tensorboard on a 1-step math run of a tiny random model: each JSONL row is in the event file."""
     import torch
 
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
     from reco_scaled.config import ConfigError, load_config
     from reco_scaled.train import main
 

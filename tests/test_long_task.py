@@ -1,4 +1,4 @@
-"""countdown-long (reco_countdown): token labels on hand-made responses, the generator against the parser, the SFT
+"""countdown-long (reco.tasks.countdown): token labels on hand-made responses, the generator against the parser, the SFT
 data's duplicate rate, the canonical occurrence mode on a table, every old mode unchanged, and the diagnostics."""
 import math
 import random
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import reco_countdown as rc
 import reco_mini as rm
-from reco_countdown import LongProblem, Problem
-from reco_task import TASKS
+from reco.tasks import TASKS
+from reco.tasks import countdown as rc
+from reco.tasks.countdown import LongProblem, Problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import diagnostics  # noqa: E402

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 import reco_mini
-from reco_countdown import char_tokenizer, make_splits, tiny_model
-from reco_task import TASKS
+from reco.tasks import TASKS
+from reco.tasks.countdown import char_tokenizer, make_splits, tiny_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))

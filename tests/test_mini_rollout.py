@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import reco_io
 import reco_mini
-from reco_countdown import Problem, char_tokenizer, tiny_model
+from reco import cli, hf
+from reco.tasks.countdown import Problem, char_tokenizer, tiny_model
 
 CHARS = list("abcdefghijklmnopqrstuvwxyz0123456789 .,:?\n{}\\")
 QWEN_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -59,11 +59,11 @@ def math_cfg(**kw) -> reco_mini.Config:
 
 
 def test_a_math_response_ends_at_the_chat_turns_end_token(monkeypatch):
-    monkeypatch.setattr(reco_io, "run_checks", lambda cfg, methods, tasks: [])  # no --data file: rollout only
+    monkeypatch.setattr(cli, "run_checks", lambda cfg, methods, tasks: [])  # no --data file: rollout only
     tok = chat_tokenizer(["<|endoftext|>", "<|im_start|>", "<|im_end|>"], "<|endoftext|>", None, QWEN_TEMPLATE)
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     assert tok.eos_token_id != im_end
-    assert reco_io.stop_token_ids(tok, "chat") == [tok.eos_token_id, im_end]
+    assert hf.stop_token_ids(tok, "chat") == [tok.eos_token_id, im_end]
     model = nudged_model(tok, "<|im_end|>")
     r = reco_mini.rollout(math_cfg(), model, tok, [{"problem": "what is 1+1?", "answer": "2"}], 2, torch.Generator())
     assert r["resp"][:, 0].tolist() == [im_end, im_end]
@@ -77,11 +77,11 @@ def test_the_generation_configs_eos_ids_end_a_response_too():
     model = nudged_model(tok, "<|eot|>")
     eot = tok.convert_tokens_to_ids("<|eot|>")
     model.generation_config.eos_token_id = [tok.eos_token_id, eot]
-    assert eot in reco_io.stop_token_ids(tok, "plain", model.generation_config)
+    assert eot in hf.stop_token_ids(tok, "plain", model.generation_config)
 
 
 def test_a_llama_chat_prompt_gets_one_bos(monkeypatch):
-    monkeypatch.setattr(reco_io, "run_checks", lambda cfg, methods, tasks: [])
+    monkeypatch.setattr(cli, "run_checks", lambda cfg, methods, tasks: [])
     specials = ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
     tok = chat_tokenizer(specials, "<|eot_id|>", "<|begin_of_text|>", LLAMA_TEMPLATE)
     assert tok("ab").input_ids[0] == tok.bos_token_id  # the tokenizer adds a BOS of its own

@@ -1,4 +1,4 @@
-"""reco_io.token_stats, the memory-saving path: log pi(y_t), V(s_t), H(s_t) slice by slice, against the readable
+"""hf.token_stats, the memory-saving path: log pi(y_t), V(s_t), H(s_t) slice by slice, against the readable
 token_logprobs, variance_stat and token_entropy that reco_mini runs by default (bit for bit in float32) and against
 float64 references written here from the definitions, values and gradients of log pi. With an lm head
 (--head-chunk), from hidden states: against the logits it makes in one product, values and gradients (hidden states
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import reco_io
+from reco import hf
 from reco_mini import token_entropy, token_logprobs, token_stats, variance_stat
 
 
@@ -122,10 +122,10 @@ def test_head_slices_keep_no_vocabulary_sized_tensor_for_backward():
 
 
 def test_the_memory_saving_path_equals_the_readable_one_on_a_model():
-    """policy_stats with --head-chunk 5 (decoder, then the lm head on slices of 5 row-tokens, reco_io.token_stats)
+    """policy_stats with --head-chunk 5 (decoder, then the lm head on slices of 5 row-tokens, hf.token_stats)
     against --head-chunk 0 (one forward to the logits, then token_logprobs, variance_stat and token_entropy), on left-
     padded rollout rows of a tiny model in float64: the statistics, and the gradient of log pi on every weight."""
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
     from reco_mini import Config, policy_stats
 
     torch.manual_seed(0)
@@ -150,14 +150,14 @@ def test_the_memory_saving_path_equals_the_readable_one_on_a_model():
 
 def test_check_lm_head_refuses_a_model_whose_logits_are_more_than_the_head():
     """A logit scale (as Cohere has) or a soft cap (Gemma 2) after the head would be lost by --head-chunk."""
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
 
     model = tiny_model(char_tokenizer(), 32, 1)
-    reco_io.check_lm_head(model)
+    hf.check_lm_head(model)
     forward = model.forward
     model.forward = lambda *a, **k: type("Out", (), {"logits": 1.5 * forward(*a, **k).logits})()
     with pytest.raises(ValueError, match="--head-chunk 0"):
-        reco_io.check_lm_head(model)
+        hf.check_lm_head(model)
     model.get_decoder = None  # no decoder to call apart: the same one-line refusal, not an AttributeError
     with pytest.raises(ValueError, match="no decoder and lm head"):
-        reco_io.check_lm_head(model)
+        hf.check_lm_head(model)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import reco_io
 import reco_mini
+from reco import cli, log, report
 from reco_scaled import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,10 +47,10 @@ def entries(text: str) -> dict[str, str]:
 def test_reco_mini_help_is_grouped_run_first_and_loss_after_methods(capsys, monkeypatch):
     """The loss flags used to come before --methods and --seed, in 130 lines."""
     text = help_text(reco_mini.parse_config, capsys, monkeypatch)
-    order = [text.index(f"\n{title}:\n") for title in reco_io.GROUPS]
-    assert order == sorted(order) and list(reco_io.GROUPS)[:3] == ["run", "methods", "loss"]
+    order = [text.index(f"\n{title}:\n") for title in cli.GROUPS]
+    assert order == sorted(order) and list(cli.GROUPS)[:3] == ["run", "methods", "loss"]
     assert text.index("--seed") < text.index("--methods") < text.index("--clip-low") < text.index("--model")
-    grouped = [name for names in reco_io.GROUPS.values() for name in names]
+    grouped = [name for names in cli.GROUPS.values() for name in names]
     assert sorted(grouped) == sorted([f.name for f in fields(reco_mini.Config)] + ["method"])  # each field, once
     assert len(text.splitlines()) <= 110, len(text.splitlines())  # 134 lines at 100 columns before
     assert text.splitlines()[0] == "usage: reco_mini.py [flags]"
@@ -84,9 +84,9 @@ def test_reco_mini_help_lists_no_peer_and_lab_help_lists_them_last(capsys, monke
     sys.path.insert(0, str(ROOT / "experiments"))
     import lab
 
-    import reco_variants
+    from reco import peers
 
-    peers = ["--" + f.name.replace("_", "-") for f in fields(reco_variants.PeerSettings)]
+    peers = ["--" + f.name.replace("_", "-") for f in fields(peers.PeerSettings)]
     assert not set(peers) & set(entries(help_text(reco_mini.parse_config, capsys, monkeypatch)))
     text = help_text(lab.parse_config, capsys, monkeypatch)
     found = entries(text)
@@ -124,24 +124,24 @@ def test_usage_names_the_command_as_invoked(argv0, orig, module, documented, exp
     """The usage lines said reco_mini.py and python -m reco_scaled.train under reco-mini and reco-train."""
     monkeypatch.setattr(sys, "argv", [argv0])
     monkeypatch.setattr(sys, "orig_argv", orig)
-    assert reco_io.command_name(module, documented) == expected
+    assert cli.command_name(module, documented) == expected
 
 
 def test_progress_bars_in_a_log_file_write_a_line_a_minute_at_most(monkeypatch):
     """With output redirected to a file, tqdm wrote 29 KB of progress bars into the log: a redraw every 0.1 s."""
-    log = io.StringIO()  # not a terminal
-    for _ in reco_io.tqdm(range(200), desc="short", file=log):
+    out = io.StringIO()  # not a terminal
+    for _ in log.tqdm(range(200), desc="short", file=out):
         time.sleep(0.002)
-    assert log.getvalue() == ""  # a bar shorter than a minute writes nothing
-    monkeypatch.setattr(reco_io, "LOG_INTERVAL_S", 0.2)  # a "minute" of 0.2 s
+    assert out.getvalue() == ""  # a bar shorter than a minute writes nothing
+    monkeypatch.setattr(log, "LOG_INTERVAL_S", 0.2)  # a "minute" of 0.2 s
     start = time.monotonic()
-    with reco_io.tqdm(total=300, desc="long", file=log) as bar:
+    with log.tqdm(total=300, desc="long", file=out) as bar:
         for _ in range(300):
             time.sleep(0.005)
             bar.update()
     elapsed = time.monotonic() - start
-    lines = log.getvalue().splitlines()
-    assert "\r" not in log.getvalue() and log.getvalue().endswith("\n") and lines
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue() and out.getvalue().endswith("\n") and lines
     assert len(lines) <= elapsed / 0.2 + 1, (elapsed, lines)  # one a "minute", and the bar's last state
     assert all(line.startswith("long:") for line in lines) and "300/300" in lines[-1]
 
@@ -160,7 +160,7 @@ def test_pass_at_k_plot_is_wide_with_one_title_and_the_runs_details(tmp_path, mo
     cfg = asdict(reco_mini.parse_config([]))
     curve = {"pass_at_k": {"1": 0.2, "2": 0.3, "4": 0.4}, "mean_accuracy": 0.2, "distinct_correct": 1.0,
              "solved_any": 0.5, "counts": [1, 2, 0]}
-    reco_io.write_results({"config": cfg, "methods": {"base": curve, "grpo": curve}, "wall_time_s": 1.0}, tmp_path)
+    report.write_results({"config": cfg, "methods": {"base": curve, "grpo": curve}, "wall_time_s": 1.0}, tmp_path)
     width, height = png_size(tmp_path / "pass_at_k.png")
     assert width >= 900 and height > 0
     fig = figures[-1]

@@ -30,7 +30,7 @@ for _registry, _names in zip(_REGISTRIES, _BEFORE):
         del _registry[_name]
 for _module in ("fork_arms", "fork_study"):
     sys.modules.pop(_module, None)
-from reco_task import TASKS  # noqa: E402
+from reco.tasks import TASKS  # noqa: E402
 
 
 def _walk_last(curve, level, steps=20000):

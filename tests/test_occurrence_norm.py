@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import reco_mini
-from reco_io import ConfigError, update_shares, update_sizes
+from reco.cli import ConfigError
+from reco.log import update_shares, update_sizes
 from reco_mini import occurrence_weights
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +82,7 @@ def test_update_shares_by_hand():
 
 
 def test_train_rl_logs_batch_normalised_weights_and_shares(tmp_path):
-    from reco_countdown import char_tokenizer, make_splits, tiny_model
+    from reco.tasks.countdown import char_tokenizer, make_splits, tiny_model
 
     cfg = reco_mini.parse_config(["--method", "reco", "--occurrence-norm", "batch", "--n-train", "16", "--n-test", "2",
                                   "--steps", "2", "--prompts-per-step", "4", "--group-size", "4", "--device", "cpu"])

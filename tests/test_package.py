@@ -1,17 +1,24 @@
-"""The package a user installs (issues 35 and 44): pyproject.toml declares requirements.txt's pins, and `pip install .`
-in a fresh venv gives the commands reco-mini, reco-train and reco-eval, which work from outside the checkout: their
-usage lines name them, reco-train finds a shipped config by name, and a quick run and a one-step run work.
+"""The package a user installs (issues 35, 44 and 54): pyproject.toml declares requirements.txt's pins; the wheel holds
+three top-level names, the module reco_mini and the packages reco and reco_scaled, whose commands point into them; and
+`pip install .` in a fresh venv gives the commands reco-mini, reco-train and reco-eval, which work from outside the
+checkout: their usage lines name them, reco-train finds a shipped config by name, and a quick run and a one-step run
+work.
 
-The venv is built with --system-site-packages and --no-build-isolation, so nothing is downloaded: the system's
-torch 2.13.0 (CPU) and the rest satisfy the pins, and pip installs only this project.
+Both build from a copy of the checkout's files (what a fresh clone holds): setuptools also packs what an earlier build
+left in the checkout's build/ folder, such as the flat modules that the package reco/ replaced. The venv is built with
+--system-site-packages and --no-build-isolation, so nothing is downloaded: the system's torch 2.13.0 (CPU) and the
+rest satisfy the pins, and pip installs only this project.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,13 +42,60 @@ def test_pyproject_declares_the_requirements_pins():
     assert plugins == {"reco": "reco_scaled.integrations.verl_entry"}
 
 
+def source_tree(dest: Path) -> Path:
+    """A copy of the checkout's files, tracked or new and not ignored: what a fresh clone holds."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():  # a file deleted but not yet committed is listed too
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    """The wheel `pip wheel .` builds from a fresh copy of the checkout."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+             "--disable-pip-version-check", "-w", str(tmp / "dist"), str(source_tree(tmp / "src"))]
+    subprocess.run(build, check=True, cwd=tmp, timeout=600)
+    (path,) = (tmp / "dist").glob("*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_the_wheel_installs_three_top_level_names(wheel):
+    """Issue 54: `pip install .` used to put 15 top-level modules (reco_io, reco_data, reco_log, ...) into site-packages;
+    now reco_mini, reco and reco_scaled, with every module of both packages and the shipped configs."""
+    files = set(wheel.namelist())
+    top = {name.split("/")[0].removesuffix(".py") for name in files if ".dist-info/" not in name}
+    assert top == {"reco", "reco_mini", "reco_scaled"}, sorted(top)
+    ours = {p.relative_to(ROOT).as_posix() for package in ("reco", "reco_scaled") for p in (ROOT / package).rglob("*.py")}
+    assert len(ours) > 40 and ours <= files, sorted(ours - files)  # the subpackages too (reco/tasks, reco/rewards, ...)
+    configs = {p.relative_to(ROOT).as_posix() for p in (ROOT / "reco_scaled" / "configs").glob("*.yaml")}
+    assert configs and configs <= files
+
+
+def test_the_wheels_entry_points_name_functions_of_its_own_modules(wheel):
+    """Each command and the verl plugin point into the three names, at a function or module that exists."""
+    (listed,) = [name for name in wheel.namelist() if name.endswith(".dist-info/entry_points.txt")]
+    targets = [line.split("=", 1)[1].strip() for line in wheel.read(listed).decode().splitlines() if "=" in line]
+    assert len(targets) == 4, targets  # reco-mini, reco-train, reco-eval, verl's plugin
+    for target in targets:
+        module, _, function = target.partition(":")
+        assert module.split(".")[0] in {"reco", "reco_mini", "reco_scaled"}, target
+        assert f"{module.replace('.', '/')}.py" in wheel.namelist(), target
+        if function:
+            assert callable(getattr(importlib.import_module(module), function)), target
+
+
 @pytest.mark.slow
 def test_pip_install_in_a_fresh_venv_gives_commands_that_run(tmp_path):
     venv, work = tmp_path / "venv", tmp_path / "work"
     # --without-pip: the system's pip and setuptools serve (3.11's bundled setuptools 65 cannot build a wheel alone)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-build-isolation", "--no-index",
-           "--disable-pip-version-check", str(ROOT)]
+           "--disable-pip-version-check", str(source_tree(tmp_path / "src"))]
     subprocess.run(pip, check=True, cwd=tmp_path, timeout=600)
     work.mkdir()  # away from the repository: the installed modules are the ones imported
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -1,4 +1,4 @@
-"""The peers' methods of reco_variants.py (issue 42), each against an independent reference: Pass@k training's analytic
+"""The peers' methods of reco/peers.py (issue 42), each against an independent reference: Pass@k training's analytic
 advantage against enumerating every subset of k, UCPO's weights against the self-normalised importance weights written
 out term by term and the numbers of the authors' estimator, SimKO's gradient against its closed form through the softmax
 Jacobian, and zero-success gating against a replay of its rule; then each runs in experiments/lab.py's loop."""
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import reco_mini as rm
-import reco_variants as rv
-from reco_countdown import char_tokenizer, make_splits, tiny_model
+from reco import peers as rv
+from reco.tasks.countdown import char_tokenizer, make_splits, tiny_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import lab  # noqa: E402
@@ -188,7 +188,7 @@ def test_zero_success_gate_updates_only_prompts_never_solved_before():
 @pytest.mark.parametrize("flags", [["--advantage", "pass-at-k", "--pass-k", "2"], ["--prompt-gate", "zero-success"],
                                    ["--response-weight", "ucpo"], ["--token-ratio", "simko"]])
 def test_each_peer_trains_in_lab(tmp_path, monkeypatch, flags):
-    from reco_task import TASKS
+    from reco.tasks import TASKS
     monkeypatch.setattr(TASKS["countdown"], "reward", lambda problem, text: float(len(text) % 3 == 0))
     cfg = lab.parse_config(["--method", "grpo", *flags, "--steps", "2", "--prompts-per-step", "4", "--group-size", "4",
                             "--n-train", "16", "--n-test", "4"])

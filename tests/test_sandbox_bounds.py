@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-import reco_code
-from reco_code import Job, LocalSandbox, grade_many, grade_program
-from reco_code_sandbox import _stripped_lines, stdio_matches
+from reco.rewards import code as code_reward
+from reco.rewards.code import Job, LocalSandbox, grade_many, grade_program
+from reco.rewards.sandbox import _stripped_lines, stdio_matches
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,9 +32,9 @@ def sandbox():
     """The shared local sandbox; skipped only where this machine cannot isolate (the skip says why)."""
     try:
         grade_program("def f():\n    return 1\n", "assert f() == 1\n")
-    except reco_code.SandboxUnavailable as e:
+    except code_reward.SandboxUnavailable as e:
         pytest.skip(str(e))
-    return reco_code._runner("local")
+    return code_reward._runner("local")
 
 
 def _parents() -> dict[int, int]:
@@ -112,13 +112,13 @@ def test_programs_that_hang_up_are_dead_before_their_slot_is_freed(sandbox):
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        verdicts = grade_many([HANG_UP + f"# {i}\n" for i in range(3 * reco_code.WORKERS)], "assert f() == 1", timeout_s=5)
+        verdicts = grade_many([HANG_UP + f"# {i}\n" for i in range(3 * code_reward.WORKERS)], "assert f() == 1", timeout_s=5)
     finally:
         done.set()
         watcher.join()
-    assert verdicts == [False] * 3 * reco_code.WORKERS
+    assert verdicts == [False] * 3 * code_reward.WORKERS
     assert _program_processes(sandbox) == set(), "a program outlived its call"
-    assert max(seen) <= reco_code.WORKERS, f"{max(seen)} programs alive at once, more than WORKERS"
+    assert max(seen) <= code_reward.WORKERS, f"{max(seen)} programs alive at once, more than WORKERS"
 
 
 def test_a_paid_program_that_keeps_running_dies_with_its_run(sandbox):
@@ -134,18 +134,18 @@ def test_the_trainer_exit_kills_a_program_that_disobeys_it(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys, threading
         sys.path.insert(0, {str(ROOT)!r})
-        import reco_code
-        box = reco_code.LocalSandbox()
+        from reco.rewards import code as code_reward
+        box = code_reward.LocalSandbox()
         try:
-            box.run([reco_code.Job("x = 1\\n", "pass")], 5)
-        except reco_code.SandboxUnavailable as e:
+            box.run([code_reward.Job("x = 1\\n", "pass")], 5)
+        except code_reward.SandboxUnavailable as e:
             print("unavailable", e, flush=True)
             sys.exit(0)
         program = ("import ctypes, signal, time\\nctypes.CDLL(None).prctl(1, 0, 0, 0, 0)\\n"
                    "for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):\\n    signal.signal(s, signal.SIG_IGN)\\n"
                    "time.sleep(600)\\n")
         print(box.server.pid, box.zygote.pid, flush=True)
-        threading.Thread(target=box.run, args=([reco_code.Job(program, "pass")], 600)).start()
+        threading.Thread(target=box.run, args=([code_reward.Job(program, "pass")], 600)).start()
         threading.Event().wait()
     """))
     trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
@@ -260,11 +260,11 @@ def test_long_input_is_read_in_linear_time(sandbox):
 
 def test_a_program_over_the_size_limit_is_not_paid(sandbox):
     paid = "def f():\n    return 1\n"
-    at_limit = paid + "#" * (reco_code.MAX_PROGRAM_BYTES - len(paid) - 1) + "\n"
-    assert len(at_limit.encode()) == reco_code.MAX_PROGRAM_BYTES
+    at_limit = paid + "#" * (code_reward.MAX_PROGRAM_BYTES - len(paid) - 1) + "\n"
+    assert len(at_limit.encode()) == code_reward.MAX_PROGRAM_BYTES
     assert grade_many([at_limit, at_limit + "\n"], "assert f() == 1") == [True, False]
-    accents = paid + "# " + "\u00e9" * ((reco_code.MAX_PROGRAM_BYTES - len(paid)) // 2) + "\n"
-    assert len(accents) < reco_code.MAX_PROGRAM_BYTES < len(accents.encode())
+    accents = paid + "# " + "\u00e9" * ((code_reward.MAX_PROGRAM_BYTES - len(paid)) // 2) + "\n"
+    assert len(accents) < code_reward.MAX_PROGRAM_BYTES < len(accents.encode())
     assert grade_program(accents, "assert f() == 1") is False, "its UTF-8 is counted, not its characters"
     start = time.monotonic()
     assert grade_program(paid + "#" * (70 << 20), "assert f() == 1", timeout_s=1) is False
@@ -272,7 +272,7 @@ def test_a_program_over_the_size_limit_is_not_paid(sandbox):
     box = LocalSandbox(program_bytes=64)
     try:
         assert box.run([Job(paid, "assert f() == 1"), Job(paid + "#" * 64, "assert f() == 1")], 5) == [True, False]
-    except reco_code.SandboxUnavailable as e:
+    except code_reward.SandboxUnavailable as e:
         pytest.skip(str(e))
     finally:
         box.close()

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-import reco_code
-import reco_code_sandbox
-from reco_code import grade_many, grade_program
-from reco_code_sandbox import AUDIT_ARCH, seccomp_filter
+from reco.rewards import code as code_reward
+from reco.rewards import sandbox as sandbox_module
+from reco.rewards.code import grade_many, grade_program
+from reco.rewards.sandbox import AUDIT_ARCH, seccomp_filter
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +29,9 @@ def sandbox():
     """The shared local sandbox; skipped only where this machine cannot isolate (the skip says why)."""
     try:
         grade_program("def f():\n    return 1\n", "assert f() == 1\n")
-    except reco_code.SandboxUnavailable as e:
+    except code_reward.SandboxUnavailable as e:
         pytest.skip(str(e))
-    return reco_code._runner("local")
+    return code_reward._runner("local")
 
 
 def attack(body: str) -> str:
@@ -100,8 +100,8 @@ def verdict(program: bytes, nr: int, arch: int, *args: int) -> int:
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_each_filter_is_an_allow_list(machine):
     numbers, arch = NUMBERS[machine], AUDIT_ARCH[machine]
-    named = {role: {reco_code_sandbox.SYSCALL_NUMBERS[machine].get(name) for name in calls}
-             for role, calls in reco_code_sandbox.SYSCALLS.items()}
+    named = {role: {sandbox_module.SYSCALL_NUMBERS[machine].get(name) for name in calls}
+             for role, calls in sandbox_module.SYSCALLS.items()}
     for role in ("program", "zygote", "server"):
         program = seccomp_filter(machine, role)
         for nr in range(0, 1024):  # every number no list names is refused, whatever the kernel's version adds
@@ -156,17 +156,17 @@ def test_the_zygote_and_the_server_have_lists_of_their_own(machine):
 def test_every_name_in_the_lists_has_a_number():
     legacy = {"open", "stat", "lstat", "access", "readlink", "mkdir", "rmdir", "unlink", "rename", "link", "symlink",
               "chmod", "utime", "utimes", "futimesat", "dup2", "select", "poll", "time", "alarm", "pause", "getpgrp"}
-    for calls in reco_code_sandbox.SYSCALLS.values():
-        assert set(calls) <= set(reco_code_sandbox.SYSCALL_NUMBERS["x86_64"])
-        assert set(calls) - legacy <= set(reco_code_sandbox.SYSCALL_NUMBERS["aarch64"])
+    for calls in sandbox_module.SYSCALLS.values():
+        assert set(calls) <= set(sandbox_module.SYSCALL_NUMBERS["x86_64"])
+        assert set(calls) - legacy <= set(sandbox_module.SYSCALL_NUMBERS["aarch64"])
 
 
 def test_refuses_to_run_where_its_filters_cannot_be_installed(tmp_path):
     """A bwrap whose sandbox forbids prctl() (a stand-in for a kernel without seccomp filters): the zygote and the
     server cannot install their lists, so the first call raises SandboxUnavailable and no program runs."""
     try:
-        real = reco_code._bwrap_path(None)
-    except reco_code.SandboxUnavailable as e:
+        real = code_reward._bwrap_path(None)
+    except code_reward.SandboxUnavailable as e:
         pytest.skip(str(e))
     if os.uname().machine not in NUMBERS:
         pytest.skip(f"no system call numbers for {os.uname().machine} here")
@@ -178,10 +178,10 @@ def test_refuses_to_run_where_its_filters_cannot_be_installed(tmp_path):
     fake.write_text(f"#!/bin/sh\nexec {real} --seccomp 9 \"$@\" 9<{no_prctl}\n")
     fake.chmod(0o755)
     marker = tmp_path / "ran"
-    box = reco_code.LocalSandbox(bwrap=str(fake))
+    box = code_reward.LocalSandbox(bwrap=str(fake))
     program = f"open({str(marker)!r}, 'w').write('ran')\ndef f():\n    return 1\n"
-    with pytest.raises(reco_code.SandboxUnavailable, match=r"cannot start: .*prctl\(38\): Operation not permitted"):
-        box.run([reco_code.Job(program, "assert f() == 1")], 5)
+    with pytest.raises(code_reward.SandboxUnavailable, match=r"cannot start: .*prctl\(38\): Operation not permitted"):
+        box.run([code_reward.Job(program, "assert f() == 1")], 5)
     assert not marker.exists()
 
 
@@ -261,7 +261,7 @@ def test_queued_signals_are_bounded_by_its_own_limit(sandbox):
     body = ("import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])\nfor _ in range(1000):\n"
             "    os.kill(os.getpid(), signal.SIGRTMIN)\nqueued = 0\n"
             "while signal.sigtimedwait([signal.SIGRTMIN], 0) is not None:\n    queued += 1\nreturn queued")
-    limit = reco_code_sandbox.MAX_PENDING_SIGNALS
+    limit = sandbox_module.MAX_PENDING_SIGNALS
     assert grade_program(attack(body), f"assert 1 <= f() <= {limit + 1}, f()") is True
 
 
@@ -269,7 +269,7 @@ def test_the_work_tmpfs_bounds_its_inodes(sandbox):
     """`size=` does not bound a tmpfs's inodes (a million empty files took 1 GB of slab): `nr_inodes=` does."""
     body = ("made = 0\ntry:\n    for i in range(20000):\n        open(f'/work/{i}', 'w').close()\n        made += 1\n"
             "except OSError as e:\n    return made, e.errno, os.statvfs('/work').f_files\nreturn made, None, None")
-    inodes = reco_code_sandbox.WORK_INODES
+    inodes = sandbox_module.WORK_INODES
     assert grade_program(attack(body), f"made, errno, files = f()\nassert made < {inodes} and errno == 28 and files == "
                                        f"{inodes}, (made, errno, files)", timeout_s=30) is True
     links = ("open('a', 'w').close()\nmade = 0\ntry:\n    for i in range(20000):\n        os.link('a', f'{i}')\n"

@@ -176,11 +176,11 @@ def test_the_peers_settings_are_refused_at_start(override):  # experiments/lab.p
 def test_simko_is_refused_at_start_with_or_without_lab(monkeypatch):
     """SimKO's token ratio is in reco_mini's registry only where experiments/lab.py was imported; refused either way."""
     import reco_mini
-    import reco_variants
+    from reco import peers
 
     monkeypatch.delitem(reco_mini.TOKEN_RATIOS, "simko", raising=False)
     with pytest.raises(ConfigError, match=r"'algo.token_ratio' must be one of \['is', 'variance', 'variance-old'.*got 'simko'"):
         load_config(TINY, ["algo.token_ratio=simko"])
-    monkeypatch.setitem(reco_mini.TOKEN_RATIOS, "simko", reco_variants.simko_ratio)
+    monkeypatch.setitem(reco_mini.TOKEN_RATIOS, "simko", peers.simko_ratio)
     with pytest.raises(ConfigError, match="'algo.token_ratio' simko is not supported by reco_scaled"):
         load_config(TINY, ["algo.token_ratio=simko"])

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from reco_countdown import char_tokenizer, tiny_model
+from reco.tasks.countdown import char_tokenizer, tiny_model
 from reco_scaled.loss import collate
 from reco_scaled.model import PolicyModel
 from reco_scaled.rollout.hf_engine import HFEngine

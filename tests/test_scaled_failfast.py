@@ -101,7 +101,7 @@ def test_bad_input_on_rank_0_ends_the_job(tmp_path):
     exception on its way out) while rank 1 waits for them in distributed.wrap. Without the fix shutdown took the
     clean path, rank 0 waited in its barrier and rank 1 in its broadcast until the process-group timeout
     (3 minutes here, 60 by default); the test gives the job 90 s."""
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
 
     tok = char_tokenizer()
     tiny_model(tok, hidden=32, layers=1).config.save_pretrained(tmp_path / "model")  # config.json, no weights

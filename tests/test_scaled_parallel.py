@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reco_countdown import char_tokenizer, tiny_model
+from reco.tasks.countdown import char_tokenizer, tiny_model
 from reco_mini import policy_loss, response_logits, token_logprobs, variance_stat
 from reco_scaled.config import RunConfig
 

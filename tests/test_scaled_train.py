@@ -104,7 +104,7 @@ def test_kill_and_resume_gives_identical_metrics(tmp_path):
 def test_checkpoint_of_another_model_is_refused(tmp_path, capsys):
     """Another model at another path is another run's checkpoint (refused before anything loads, naming the key);
     the same path holding a model of other shapes is refused by the checkpoint's parameter signature."""
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
 
     tok, model = char_tokenizer(), tmp_path / "model"
     torch.manual_seed(0)
@@ -123,8 +123,9 @@ def test_checkpoint_of_another_model_is_refused(tmp_path, capsys):
 
 
 def test_math_task_runs_on_a_tiny_random_model(tmp_path):
-    """task: math wiring: reco_scaled.data loading and prompts, reco_grader.grade_many rewards (the math task)."""
-    from reco_countdown import char_tokenizer, tiny_model
+    """task: math wiring: reco_scaled.data loading and prompts, reco.rewards.math_grader.grade_many rewards (the math
+    task)."""
+    from reco.tasks.countdown import char_tokenizer, tiny_model
 
     tok = char_tokenizer()
     tiny_model(tok, hidden=32, layers=1).save_pretrained(tmp_path / "model")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from reco_countdown import (
+from reco.tasks.countdown import (
     FORMS,
     Problem,
     char_tokenizer,
@@ -93,7 +93,7 @@ def test_kv_cache_sampler_matches_full_forward():
 
 
 def test_countdown_form_table():
-    from reco_countdown import countdown_form
+    from reco.tasks.countdown import countdown_form
 
     table = {  # expression -> index in FORMS, by hand
         "3*7+12": 0, "7*3+12": 0, "12+3*7": 0, "12+(7*3)": 0, "(3*7)+12": 0,
@@ -113,7 +113,7 @@ def test_countdown_form_table():
 def test_parser_rejects_invalid_literals_without_warning():
     import warnings
 
-    from reco_countdown import parse_arithmetic
+    from reco.tasks.countdown import parse_arithmetic
 
     with warnings.catch_warnings(record=True) as caught:  # "error" would not do: compile turns it into a SyntaxError
         warnings.simplefilter("always")
@@ -122,7 +122,7 @@ def test_parser_rejects_invalid_literals_without_warning():
 
 
 def test_form_counts_by_hand():
-    from reco_countdown import LongProblem, form_counts
+    from reco.tasks.countdown import LongProblem, form_counts
 
     short = Problem((3, 7, 12), 33)
     assert form_counts(short, ["3*7+12", "12+7*3", "(3+7)*12", "3+7+12", "12-3*7"]) == [2, 0, 1, 0, 1, 1]
@@ -132,7 +132,7 @@ def test_form_counts_by_hand():
 
 
 def test_solving_forms_by_enumeration():
-    from reco_countdown import solving_forms
+    from reco.tasks.countdown import solving_forms
 
     assert solving_forms(Problem((3, 7, 12), 33)) == {0}  # 3*7+12; no other form gives 33
     assert solving_forms(Problem((2, 3, 4), 10)) == {0, 1}  # 2*3+4 and 3*4-2; 2+3+4 is 9

@@ -21,7 +21,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from reco_countdown import char_tokenizer, tiny_model  # noqa: E402
+from reco.tasks.countdown import char_tokenizer, tiny_model  # noqa: E402
 from reco_mini import (  # noqa: E402
     LossConfig,
     focal_scale,

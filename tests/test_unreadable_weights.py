@@ -21,7 +21,7 @@ def work(tmp_path_factory) -> Path:
     its header and inside its tensors; problems.jsonl."""
     import torch
 
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
 
     root = tmp_path_factory.mktemp("weights")
     torch.manual_seed(0)
@@ -39,7 +39,7 @@ def work(tmp_path_factory) -> Path:
 
 
 def test_unreadable_weights_names_the_file(work):
-    from reco_io import unreadable_weights
+    from reco.hf import unreadable_weights
 
     assert unreadable_weights(work / "good") is None
     for name in ("header", "data"):

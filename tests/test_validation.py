@@ -22,9 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import reco_io
 import reco_mini
-import reco_variants
+from reco import cli, hf, peers
 from reco_scaled import config as scaled_config
 from reco_scaled import evaluate
 from reco_scaled import train as scaled_train
@@ -92,7 +91,7 @@ MINI_TASKS = {"countdown": [], "code-tiny": ["--task", "code-tiny"],
 
 
 def test_the_enumeration_covers_every_task_that_changes_the_flags():
-    from reco_task import TASKS
+    from reco.tasks import TASKS
 
     assert {name for name, task in TASKS.items() if task.config_defaults} <= set(MINI_TASKS)
     assert reco_mini.parse_config(MINI_TASKS["code-tiny"]).hidden == TASKS["code-tiny"].config_defaults["hidden"]
@@ -110,7 +109,7 @@ def test_reco_mini_refuses_every_value_that_means_nothing(task, name, value, tmp
     def accepted(cfg):
         raise AssertionError(f"{flag} {value} was accepted")
 
-    monkeypatch.setattr(reco_io, "refuse_reuse", accepted)  # main's first step after parsing: fail at once
+    monkeypatch.setattr(cli, "refuse_reuse", accepted)  # main's first step after parsing: fail at once
     with pytest.raises(SystemExit) as exc:
         reco_mini.main([*task_flags, flag, value])
     assert exc.value.code == 2
@@ -121,7 +120,7 @@ def test_reco_mini_refuses_every_value_that_means_nothing(task, name, value, tmp
 
 # ---------------------------------------------------------------------------------------------- experiments/lab.py
 
-LAB_NUMERIC = {f.name: {"int": int, "float": float}[f.type] for f in fields(reco_variants.PeerSettings)
+LAB_NUMERIC = {f.name: {"int": int, "float": float}[f.type] for f in fields(peers.PeerSettings)
                if f.type in ("int", "float")}  # the rest of lab.Config is reco_mini's, enumerated above
 
 
@@ -391,26 +390,26 @@ def test_reco_scaled_reads_the_code_data_before_the_model_and_hands_it_on(tmp_pa
 
 def test_a_missing_model_directory_is_said_in_the_projects_words(tmp_path):
     missing = str(tmp_path / "no-model")
-    assert reco_io.model_problem(missing) == f"{missing}: no such directory"
-    assert reco_io.model_problem("./my-model/") == "./my-model/: no such directory"
+    assert hf.model_problem(missing) == f"{missing}: no such directory"
+    assert hf.model_problem("./my-model/") == "./my-model/: no such directory"
     (tmp_path / "weights.bin").write_text("")
-    assert "a file, not a model directory" in reco_io.model_problem(str(tmp_path / "weights.bin"))
-    assert reco_io.model_problem(str(tmp_path)) == ""
+    assert "a file, not a model directory" in hf.model_problem(str(tmp_path / "weights.bin"))
+    assert hf.model_problem(str(tmp_path)) == ""
 
 
 def test_a_hub_name_offline_fails_at_once_with_one_line(monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    problem = reco_io.model_problem("nobody-here/no-such-model")
+    problem = hf.model_problem("nobody-here/no-such-model")
     assert problem.startswith("nobody-here/no-such-model: no such directory") and "HF_HUB_OFFLINE=1" in problem
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(reco_io, "unreachable_hub", lambda endpoint: "huggingface.co")
-    assert "huggingface.co cannot be reached" in reco_io.model_problem("nobody-here/no-such-model")
+    monkeypatch.setattr(hf, "unreachable_hub", lambda endpoint: "huggingface.co")
+    assert "huggingface.co cannot be reached" in hf.model_problem("nobody-here/no-such-model")
 
 
 def test_a_jsonl_row_with_solution_but_no_answer_says_answer_was_looked_for_first(tmp_path):
-    from reco_data import DataError, load_problems
+    from reco.data.math import DataError, load_problems
 
     (tmp_path / "p.jsonl").write_text(json.dumps({"problem": "1+1", "solution": "it is two"}) + "\n")
     with pytest.raises(DataError) as err:
@@ -434,13 +433,13 @@ def test_reco_mini_refuses_another_configs_run_directory(tmp_path, monkeypatch, 
     line = one_error_line(capsys.readouterr().err, "reco_mini.py: error: --out runs/default holds the results of a "
                                                    "different config (--lr differs)")
     assert "--overwrite" in line
-    reco_io.refuse_reuse(reco_mini.parse_config(["--lr", "1e-3"]))  # the same config: its rerun may replace them
-    reco_io.refuse_reuse(reco_mini.parse_config(["--overwrite"]))
+    cli.refuse_reuse(reco_mini.parse_config(["--lr", "1e-3"]))  # the same config: its rerun may replace them
+    cli.refuse_reuse(reco_mini.parse_config(["--overwrite"]))
     (out / "results.json").unlink()
     (out / "grpo").mkdir()
     (out / "grpo" / "log.jsonl").write_text("{}\n")
     with pytest.raises(SystemExit):
-        reco_io.refuse_reuse(reco_mini.parse_config([]))
+        cli.refuse_reuse(reco_mini.parse_config([]))
     assert "holds the files of a run that did not finish (grpo/log.jsonl)" in capsys.readouterr().err
 
 
@@ -511,7 +510,7 @@ def test_reco_scaled_reads_the_data_before_the_model_and_fails_offline_at_once(t
 
 def test_reco_scaled_leaves_no_directory_or_lock_after_a_model_that_cannot_load(tmp_path, monkeypatch, capsys):
     """runs/tiny-cpu/.lock used to stay after reco_scaled's model or data errors."""
-    from reco_countdown import char_tokenizer, tiny_model
+    from reco.tasks.countdown import char_tokenizer, tiny_model
 
     monkeypatch.chdir(tmp_path)
     tok = char_tokenizer()
@@ -542,9 +541,9 @@ def test_reco_mini_data_error_leaves_no_run_directory(tmp_path):
 
 
 def test_allowed_values_of_the_rules_read_as_their_messages():
-    rule = reco_io.Allowed(0, 1, open_low=True)
-    assert (0.5 in rule, 0 in rule, 1 in rule, math.nan in rule, math.inf in reco_io.Allowed(0)) == (True, False, True,
+    rule = cli.Allowed(0, 1, open_low=True)
+    assert (0.5 in rule, 0 in rule, 1 in rule, math.nan in rule, math.inf in cli.Allowed(0)) == (True, False, True,
                                                                                                   False, False)
-    assert str(rule) == "in (0, 1]" and str(reco_io.Allowed(0, special=(-1,))) == "-1 or >= 0"
-    assert str(reco_io.RUN_NUMBERS["hidden"]) == "a multiple of 8 >= 8" and 12 not in reco_io.RUN_NUMBERS["hidden"]
-    assert reco_io.Allowed(1).check("lr", math.inf)[2] == "must be a finite number >= 1, got inf"
+    assert str(rule) == "in (0, 1]" and str(cli.Allowed(0, special=(-1,))) == "-1 or >= 0"
+    assert str(cli.RUN_NUMBERS["hidden"]) == "a multiple of 8 >= 8" and 12 not in cli.RUN_NUMBERS["hidden"]
+    assert cli.Allowed(1).check("lr", math.inf)[2] == "must be a finite number >= 1, got inf"

@@ -1,16 +1,15 @@
-"""reco_variants.py and the budget of reco_mini.py that it serves: the rarely used weights, filed by reco_mini.
+"""The rarely used response weights (`--occurrence token-mean | count | canonical`, in reco/cli.py) and the budget of
+reco_mini.py that keeps them out of it.
 
-- The registry keeps the order of `--occurrence`'s values (design 3.2): the studies' w_dev_* log keys, the flag's
-  error message and its --help, which lists the registry itself, follow it (experiments/diagnostics.py,
-  reco_io.loss_checks, reco_io.parse_config).
-- reco_variants imports nothing of reco_mini: `python reco_mini.py` runs reco_mini as __main__, and an import of
-  reco_mini from a module it imports would build a second copy with registries of its own.
+- reco_mini files them in its registry, which keeps the order of `--occurrence`'s values (design 3.2): the studies'
+  w_dev_* log keys, the flag's error message and its --help, which lists the registry itself, follow it
+  (experiments/diagnostics.py, reco.cli.loss_checks, reco.cli.parse_config).
 - reco_mini.py stays within 500 lines, none over 100 characters (issues 35, 43 and 54), formatted by `ruff format` at
-  line length 100 rather than packed by hand.
+  line length 100 rather than packed by hand. That nothing in reco/ imports reco_mini (a second copy of its registries
+  when `python reco_mini.py` runs it as __main__) is tests/test_boundary.py's.
 """
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import reco_mini
-import reco_variants
+from reco import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,16 +32,9 @@ def test_occurrences_keep_the_order_of_the_flags_help(capsys):
 
 
 def test_the_variants_are_filed_under_their_flag_values():
-    assert reco_mini.OCCURRENCES["token-mean"] is reco_variants.copies_token_mean
-    assert reco_mini.OCCURRENCES["count"] is reco_variants.copies_count
-    assert reco_mini.OCCURRENCES["canonical"] is reco_variants.copies_canonical
-
-
-def test_reco_variants_never_imports_reco_mini():
-    tree = ast.parse((ROOT / "reco_variants.py").read_text())
-    names = [a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names]
-    names += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
-    assert not [n for n in names if n.split(".")[0] == "reco_mini"], names
+    assert reco_mini.OCCURRENCES["token-mean"] is cli.copies_token_mean
+    assert reco_mini.OCCURRENCES["count"] is cli.copies_count
+    assert reco_mini.OCCURRENCES["canonical"] is cli.copies_canonical
 
 
 def test_reco_mini_stays_within_its_reading_budget():

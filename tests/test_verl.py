@@ -78,8 +78,8 @@ if verl is not None:
     from verl.utils.config import omega_conf_to_dataclass
     from verl.workers.utils.losses import ppo_loss
 
-    import reco_countdown
     import reco_mini
+    from reco.tasks import countdown
     from reco_scaled.integrations import verl as plugin
 
     TEMPERATURE = 0.7
@@ -402,9 +402,9 @@ if verl is not None:
         from verl.workers.engine_workers import ActorRolloutRefWorker
 
         path = tmp_path_factory.mktemp("tiny_qwen2")
-        tokenizer = reco_countdown.char_tokenizer()
+        tokenizer = countdown.char_tokenizer()
         torch.manual_seed(0)
-        model = reco_countdown.tiny_model(tokenizer, hidden=64, layers=2)
+        model = countdown.tiny_model(tokenizer, hidden=64, layers=2)
         model.generation_config = GenerationConfig(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
@@ -512,7 +512,7 @@ if verl is not None:
 
         tokenizer = byte_level_tokenizer()
         torch.manual_seed(0)
-        model = reco_countdown.tiny_model(tokenizer, hidden=64, layers=2)
+        model = countdown.tiny_model(tokenizer, hidden=64, layers=2)
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.save_pretrained(tmp_path / "model")
@@ -677,7 +677,7 @@ if verl is not None:
     def test_verl_loads_the_code_reward_from_the_keys_on_docs_page():
         """verl's get_custom_reward_fn, given docs/verl.md's CODE_REWARD keys (with verl's reward section), returns
         reco's compute_score; called as verl's naive reward manager calls it, it pays only a passing program, run in
-        reco_code's sandbox."""
+        reco.rewards.code's sandbox."""
         import json
 
         from verl.trainer.ppo.reward import get_custom_reward_fn

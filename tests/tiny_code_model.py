@@ -96,9 +96,9 @@ MBPP_ROW = {"task_id": 2, "text": "Write a function to add two numbers.", "code"
 def code_model(path: Path) -> Path:
     """The shared tiny model: HumanEval/53 completed (code task) and answered in a fenced block (code-chat task), and
     MBPP_ROW completed; with mbpp.jsonl (MBPP_ROW) beside it."""
-    import reco_code_task as ct
-    from reco_code_data import load_code_problems
-    from reco_task import TASKS
+    from reco.data.code import load_code_problems
+    from reco.tasks import TASKS
+    from reco.tasks import code as ct
 
     add = next(p for p in load_code_problems("humaneval") if p["id"] == ADD_ID)
     (path / "mbpp.jsonl").write_text(json.dumps(MBPP_ROW) + "\n")

@@ -4,7 +4,7 @@ Every fenced block in a chapter is one of these kinds (the words after the langu
 
   ```python include=FILE:NAME [start="TEXT"] [end="TEXT"]
       The source of the top-level function, class or assignment NAME of FILE, a path from the
-      repository root such as reco_mini.py or reco_countdown.py (``Class.method`` works too),
+      repository root such as reco_mini.py or reco/tasks/countdown.py (``Class.method`` works too),
       byte for byte. With start/end: only the lines from the first one containing `start` through the
       first later one containing `end`, dedented; the range must be whole statements (the body must
       parse as Python), never an expression cut in two. Never edit the body by hand: run --write.

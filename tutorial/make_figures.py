@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from reco_countdown import SFT_FORM_PRIOR  # noqa: E402
+from reco.tasks.countdown import SFT_FORM_PRIOR  # noqa: E402
 from reco_mini import LossConfig, group_advantages, occurrence_weights, policy_loss, variance_stat  # noqa: E402
 
 FIGURES = Path(__file__).resolve().parent / "figures"

@@ -1,14 +1,15 @@
-"""reco_code_data.py: code problems, with tests reco_code can run, from the datasets in use, by name or from files.
+"""reco/data/code.py: code problems, with tests the code reward can run, from the datasets in use, by name or from
+files.
 
-A bottom-floor module beside reco_data (whose readers it uses: JSONL, gzipped JSONL, parquet, a dataset directory
-or a hub name, with ``NAME:CONFIG:SPLIT``); it imports nothing of reco_mini or reco_scaled, and never runs a
-test: it only builds them. ``load_code_problems(source)`` returns ``list[dict]`` with
+Beside reco/data/math.py (whose readers it uses: JSONL, gzipped JSONL, parquet, a dataset directory or a hub name,
+with ``NAME:CONFIG:SPLIT``); it imports nothing of reco_mini or reco_scaled, and never runs a test: it only builds
+them. ``load_code_problems(source)`` returns ``list[dict]`` with
 
 - ``id``: the row's ``task_id``/``problem_id``/``question_id``/``name``, else its index;
 - ``layout``: which layout the row has (the table below);
 - ``prompt``: the problem as the dataset states it; HumanEval-style layouts give a function's signature and
   docstring, which a completion continues (the program is then ``prompt + completion``);
-- ``tests``: Python test source for ``reco_code.grade_program`` (a function's tests), or a list of
+- ``tests``: Python test source for ``reco.rewards.code.grade_program`` (a function's tests), or a list of
   ``[input, expected output]`` pairs (a stdin/stdout program's);
 - ``entry_point``: the function the tests call (None for stdin/stdout problems);
 - ``solution``: a reference program when the dataset has one (None otherwise).
@@ -41,7 +42,7 @@ Call-based comparisons follow their benchmark: APPS's (a returned tuple counts a
 wrapped in a one-item list also matches) and LiveCodeBench's (a tuple counts as a list). LiveCodeBench's
 compressed private cases (base64 of zlib of a pickled JSON string) are unpickled with no class allowed, so only
 plain strings come out. A row that fits no layout, or a layout with a field of the wrong shape, raises
-reco_data.DataError: one line naming the row, and the fields the row has.
+reco.data.math.DataError: one line naming the row, and the fields the row has.
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ import pickle
 import zlib
 from pathlib import Path
 
-from reco_data import DataError, read_rows
+from reco.data.math import DataError, read_rows
 
 LAYOUT_FIELDS = {  # tried in this order: the first whose fields are all present
     "humaneval": ("prompt", "test", "entry_point"),
@@ -242,7 +243,7 @@ def _problem(row: object, where: str, index: int) -> dict:
     layout = next((name for name, fields in LAYOUT_FIELDS.items() if all(f in row for f in fields)), None)
     if layout is None:
         raise DataError(f"{where}: not a code problem in a layout this loader knows (its fields: "
-                        f"{', '.join(map(str, row)) or 'none'}); see reco_code_data's docstring for the layouts")
+                        f"{', '.join(map(str, row)) or 'none'}); see reco/data/code.py's docstring for the layouts")
     try:
         problem = BUILDERS[layout](row, where)
     except SyntaxError as e:

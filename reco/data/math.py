@@ -1,7 +1,9 @@
-"""reco_data.py: math problems from JSONL or parquet files or through `datasets`, and the math prompt templates.
+"""reco/data/math.py: math problems from JSONL or parquet files or through `datasets`, the math prompt templates,
+and the held-out split of a source.
 
-The bottom floor of the project, beside reco_grader: reco_mini (its `--task math`) and reco_scaled both read
-problems and build prompts with this module, and it imports nothing of either.
+Beside the math grader (reco/rewards/math_grader.py): reco_mini (its `--task math`) and reco_scaled both read problems
+and build prompts with this module, and it imports nothing of either. Its readers serve the code datasets too
+(reco/data/code.py), and held_out_splits the code tasks' splits.
 
 ``load_problems(source)`` returns ``list[dict]`` whose dicts hold ``"problem"`` and ``"answer"`` (strings) and
 ``"id"`` (a string, unique within the source), plus the row's other fields unchanged. A source is one of:
@@ -57,8 +59,9 @@ from __future__ import annotations
 
 import json
 import numbers
+import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 Keys = str | Sequence[str]
@@ -338,3 +341,29 @@ def build_prompt(tokenizer, problem_text: str, template: str = "qwen-boxed") -> 
     if template == "plain":
         return f"Question: {problem_text}\n{SYSTEM_PROMPT}\nAnswer:"
     raise ValueError(f"unknown prompt template {template!r}; choose one of {', '.join(TEMPLATES)}")
+
+
+def math_splits(data: str, eval_data: str = "") -> dict[str, list[dict]]:
+    """Training and held-out math problems (load_problems), as held_out_splits makes them."""
+    return held_out_splits(data, eval_data, load_problems)
+
+
+def held_out_splits(data: str, eval_data: str, load: Callable[[str], list]) -> dict[str, list]:
+    """Training and held-out problems, each source read by `load`: `eval_data` if given, else a fixed fifth of
+    `data` (the same problems whatever the run's seed). Bad rows are one-line errors naming the file, line and
+    field."""
+    from reco.cli import fail  # which imports this module
+
+    try:
+        train = load(data)
+        test = load(eval_data) if eval_data else None
+    except DataError as e:
+        fail(str(e))
+    if test is None:
+        if len(train) < 2:
+            fail(f"{data}: a held-out split needs at least 2 problems (or pass --eval-data)")
+        order = list(range(len(train)))
+        random.Random(1234).shuffle(order)
+        held = set(order[: max(1, len(train) // 5)])
+        train, test = [p for i, p in enumerate(train) if i not in held], [p for i, p in enumerate(train) if i in held]
+    return {"train": train, "test": test}

@@ -1,4 +1,4 @@
-"""Rewards for code: does a program pass its tests? Each program runs in a sandbox that fails closed.
+"""reco/rewards/code.py: does a program pass its tests? Each program runs in a sandbox that fails closed.
 
 `grade_program(program, tests) -> bool` grades one program; `grade_many(programs, tests) -> list[bool]` grades a
 rollout batch in parallel (`tests` one for all, or one per program; identical jobs run once), within a bounded
@@ -12,9 +12,10 @@ wall time. The tests are either
   the same number of lines, and each pair equal as text or as lists of whitespace-separated Decimals.
 
 `timeout_s` bounds a whole test run, or each stdin/stdout case, and a job is answered within its bound plus a second
-of its start. A program longer than MAX_PROGRAM_BYTES of UTF-8 is not paid and never runs. The module
-imports nothing of reco_mini or reco_scaled; reco_code_sandbox.py holds the code that runs inside the sandboxes, and
-docs/code_reward.md the mechanism, its measured cost, and what it contains and what it does not.
+of its start. A program longer than MAX_PROGRAM_BYTES of UTF-8 is not paid and never runs. The module imports nothing
+but the standard library; sandbox.py beside it holds the code that runs inside the sandboxes (a file they are given
+and run, never imported here), and docs/code_reward.md the mechanism, its measured cost, and what it contains and
+what it does not.
 
 Isolation (``sandbox="local"``, the default). The program runs in a fresh process of its own, made by a zygote
 in a bubblewrap sandbox that sees only the interpreter, its shared libraries and the standard library, all
@@ -48,7 +49,7 @@ the program cannot forge:
 3. Builtins mean the builtins. The tests see the program's top-level names only where no builtin has the name,
    so a program cannot redefine ``len``, ``abs`` or ``AssertionError`` for them; a ``check`` it defines is
    replaced by the tests' own, and so is a helper the tests define (HumanEval's tests get the prompt's ``poly``,
-   ``encode_cyclic`` and ``encode_shift`` from reco_code_data.humaneval_tests).
+   ``encode_cyclic`` and ``encode_shift`` from reco.data.code.humaneval_tests).
 4. Paid only if the program loaded (its top-level code ran to the end: a ``sys.exit(0)`` or ``os._exit(0)`` before
    the tests is not paid), every test statement ran to the end without an exception within the time limit, and
    the program's process never hung up or sent a malformed reply. An exit or a ``SystemExit``/``KeyboardInterrupt``
@@ -86,15 +87,15 @@ WORKERS = max(1, min(8, os.cpu_count() or 1))
 MEMORY_BYTES = 1 << 30  # the program's address space, and the harness's beyond the server's
 WORK_BYTES = 64 << 20  # its tmpfs working directory, and the largest file it may write
 MAX_PROGRAM_BYTES = 1 << 20  # a longer program (its UTF-8) is not paid, and never runs
-SANDBOX_MODULE = Path(__file__).resolve().with_name("reco_code_sandbox.py")
-_INSIDE = "/reco/reco_code_sandbox.py"  # where the sandboxes see it
+SANDBOX_MODULE = Path(__file__).resolve().with_name("sandbox.py")
+_INSIDE = "/reco/sandbox.py"  # where the sandboxes see it
 _START_TIMEOUT_S = 120.0  # the first job, on a loaded machine
 _HINT = "sandbox='none' runs programs without isolation: only inside a container you trust"
 _PROBE = ("def f():\n    return 1\n", "assert f() == 1\n")
 
 Case = tuple[str, str]
 Tests = str | Sequence[Case]
-log = logging.getLogger("reco_code")
+log = logging.getLogger(__name__)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -260,14 +261,14 @@ class LocalSandbox:
         try:
             self._spawn()
             if not self.isolate:
-                log.warning("reco_code: sandbox='none': model-written programs run WITHOUT isolation (no namespaces, "
+                log.warning("reco.rewards.code: sandbox='none': model-written programs run WITHOUT isolation (no namespaces, "
                             "no seccomp, rlimits only)")
             [answer] = self._submit([Job(*_PROBE)], _START_TIMEOUT_S)
             if answer.get("passed") is not True:
                 raise SandboxUnavailable(answer.get("error", "the probe program failed"))
         except SandboxUnavailable as e:
             self._stop()
-            self.failure = SandboxUnavailable(f"reco_code: the code sandbox cannot start: {e}; {_HINT}")
+            self.failure = SandboxUnavailable(f"reco.rewards.code: the code sandbox cannot start: {e}; {_HINT}")
             raise self.failure from None
 
     def _stop(self) -> None:
@@ -380,11 +381,11 @@ class LocalSandbox:
         answers = self._submit(runnable, timeout_s) if runnable else []
         for answer in answers:
             if "invalid" in answer:
-                raise ValueError(f"reco_code: {answer['invalid']}")
+                raise ValueError(f"reco.rewards.code: {answer['invalid']}")
             if "error" in answer:
                 with self.lock:
                     self._stop()
-                raise SandboxError(f"reco_code: the code sandbox failed: {answer['error']}")
+                raise SandboxError(f"reco.rewards.code: the code sandbox failed: {answer['error']}")
         verdicts = dict.fromkeys(distinct, False) | dict(zip(runnable, (a["passed"] for a in answers)))
         return [verdicts[job] for job in jobs]
 
@@ -399,7 +400,7 @@ def _runner(sandbox: str | Runner) -> Runner:
     if not isinstance(sandbox, str):
         return sandbox
     if sandbox not in ("local", "none"):
-        raise ValueError(f"reco_code: sandbox must be 'local', 'none' or a Runner, not {sandbox!r}")
+        raise ValueError(f"reco.rewards.code: sandbox must be 'local', 'none' or a Runner, not {sandbox!r}")
     with _shared_lock:
         if sandbox not in _shared:
             _shared[sandbox] = LocalSandbox(isolate=sandbox == "local")
@@ -416,13 +417,13 @@ def _as_tests(tests: object, where: str) -> str | tuple[Case, ...]:
     """Test source, or cases as a tuple of (input, output) string pairs; ValueError naming `where` otherwise."""
     if isinstance(tests, str):
         if not tests.strip():
-            raise ValueError(f"reco_code: {where}: the tests are empty")
+            raise ValueError(f"reco.rewards.code: {where}: the tests are empty")
         return tests
     if _is_cases(tests):
         if not tests:
-            raise ValueError(f"reco_code: {where}: no test cases")
+            raise ValueError(f"reco.rewards.code: {where}: no test cases")
         return tuple((given, expected) for given, expected in tests)
-    raise ValueError(f"reco_code: {where}: tests must be Python source or a list of (input, output) string pairs, "
+    raise ValueError(f"reco.rewards.code: {where}: tests must be Python source or a list of (input, output) string pairs, "
                      f"not {type(tests).__name__}")
 
 
@@ -440,16 +441,16 @@ def grade_many(programs: Sequence[str], tests: Tests | Sequence[Tests], *, timeo
     `timeout_s` bounds each run (each case, for stdin/stdout tests). `sandbox` is "local" (isolated), "none"
     (no isolation; logs a warning) or a Runner."""
     if not math.isfinite(timeout_s) or timeout_s <= 0:
-        raise ValueError(f"reco_code: timeout_s must be a positive number of seconds, not {timeout_s}")
+        raise ValueError(f"reco.rewards.code: timeout_s must be a positive number of seconds, not {timeout_s}")
     for i, program in enumerate(programs):
         if not isinstance(program, str):
-            raise TypeError(f"reco_code: program {i} is a {type(program).__name__}, not a str")
+            raise TypeError(f"reco.rewards.code: program {i} is a {type(program).__name__}, not a str")
     if not programs:
         return []
     if isinstance(tests, str) or _is_cases(tests) or not isinstance(tests, Sequence):  # a case: a pair of strings
         per_program = [_as_tests(tests, "tests")] * len(programs)
     elif len(tests) != len(programs):
-        raise ValueError(f"reco_code: {len(programs)} programs but {len(tests)} tests")
+        raise ValueError(f"reco.rewards.code: {len(programs)} programs but {len(tests)} tests")
     else:
         per_program = [_as_tests(t, f"tests[{i}]") for i, t in enumerate(tests)]
     return _runner(sandbox).run([Job(p, t) for p, t in zip(programs, per_program)], timeout_s)

@@ -1,4 +1,4 @@
-r"""Grading of math answers: is a response's boxed answer equivalent to the gold answer?
+r"""reco/rewards/math_grader.py: grading of math answers: is a response's boxed answer equivalent to the gold answer?
 
 `grade_answer(response, gold) -> bool` is the single entry point; `grade_many(responses, golds)` grades a batch in
 parallel. The core is math-verify's LaTeX `parse` and `verify` (the library TRL's and open-r1's math rewards use),
@@ -107,7 +107,7 @@ def _last_boxed(s: str) -> str | None:
 
 def _normalize(s: str) -> tuple[str, bool, bool]:
     """LaTeX answer -> (canonical text, whether it is a \\text{} answer, whether it had a percent sign): the key
-    under which reco_countdown.response_key groups equal answers (\\frac12 and \\dfrac{1}{2} share one)."""
+    under which reco.tasks.countdown.response_key groups equal answers (\\frac12 and \\dfrac{1}{2} share one)."""
     for pattern, rep in _REWRITES:
         s = re.sub(pattern, rep, s)
     pct, s = "%" in s, re.sub(r"\\?%", "", s)
@@ -322,14 +322,15 @@ class _Zygote:
         import socket
 
         self.control, theirs = socket.socketpair()
-        here = os.path.dirname(os.path.abspath(__file__))
-        code = f"import sys; sys.path.insert(0, {here!r}); import reco_grader; reco_grader._zygote({theirs.fileno()})"
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above the package reco
+        code = (f"import sys; sys.path.insert(0, {root!r}); import reco.rewards.math_grader as grader; "
+                f"grader._zygote({theirs.fileno()})")
         self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()])
         theirs.close()
         self.lock = threading.Lock()
         if self._line(_START_TIMEOUT_S) != "ready":
             self.close()
-            raise RuntimeError(f"reco_grader: the grading process did not start within {_START_TIMEOUT_S:.0f} s")
+            raise RuntimeError(f"reco.rewards.math_grader: the grading process did not start within {_START_TIMEOUT_S:.0f} s")
 
     def _line(self, wait_s: float) -> str | None:
         ready, _, _ = select.select([self.control], [], [], wait_s)
@@ -351,7 +352,7 @@ class _Zygote:
             except OSError:  # the zygote has died: the pool starts another
                 pid = None
         if pid is None:
-            raise RuntimeError("reco_grader: the grading process did not start a worker")
+            raise RuntimeError("reco.rewards.math_grader: the grading process did not start a worker")
         return int(pid)
 
     def alive(self) -> bool:
@@ -379,7 +380,7 @@ class _Worker:
         self.outbox = os.fdopen(self._from, "r", encoding="utf-8")
         if self._read(_START_TIMEOUT_S) != "ready":
             self.stop()
-            raise RuntimeError(f"reco_grader: a grading worker did not start within {_START_TIMEOUT_S:.0f} s")
+            raise RuntimeError(f"reco.rewards.math_grader: a grading worker did not start within {_START_TIMEOUT_S:.0f} s")
 
     def _read(self, wait_s: float) -> str | None:
         ready, _, _ = select.select([self.outbox], [], [], wait_s)

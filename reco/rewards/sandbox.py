@@ -1,7 +1,8 @@
-"""reco_code_sandbox.py: the two processes behind reco_code's sandbox, apart from the trainer.
+"""reco/rewards/sandbox.py: the two processes behind the code reward's sandbox (code.py), apart from the trainer.
 
-reco_code.LocalSandbox starts this file twice, each time in a bubblewrap sandbox of its own and as pid 1 of its pid
-namespace, so that its exit kills everything in it (docs/code_reward.md):
+code.LocalSandbox starts this file twice by its path (`python -I FILE`; it imports only the standard library, nothing
+of the package), each time in a bubblewrap sandbox of its own and as pid 1 of its pid namespace, so that
+its exit kills everything in it (docs/code_reward.md):
 
 - ``zygote``: the program side. It sees the Python interpreter, its shared libraries and the standard library
   (site-packages hidden), all read-only, and has common standard modules imported. For each program it forks a

@@ -1,10 +1,12 @@
-"""reco_task.py: the problems reco_mini trains on, behind one small interface (Task).
+"""reco/tasks: the problems reco_mini trains on, behind one small interface (Task).
 
 A task gives reco_mini's loop everything that depends on the kind of problem: the splits, the prompt and the
 tokens that end a response, the reward, each response's canonical key (OCCURRENCES["canonical"]), the class of each
 response token where the task defines classes, and, for evaluation, its correct responses per solution form. The loop
 asks the task and never the problem's type. TASKS holds the six built in: countdown, countdown-long, math, code,
-code-chat and code-tiny. TaskSettings holds reco_mini.Config's flags of the problems and the base model.
+code-chat and code-tiny, each a thin class over its module: countdown.py (Countdown and its tiny model), code.py (the
+code tasks' prompts and programs), code_tiny.py, and for math reco/data/math.py and reco/rewards/math_grader.py.
+TaskSettings holds reco_mini.Config's flags of the problems and the base model.
 """
 from __future__ import annotations
 
@@ -12,17 +14,19 @@ from dataclasses import dataclass
 
 import torch
 
-import reco_code_task as ct
-import reco_code_tiny as tiny
-import reco_countdown as rc
-import reco_io
-from reco_io import opt
+from reco import hf
+from reco.cli import opt
+from reco.data.math import build_prompt, math_splits
+from reco.rewards import math_grader
+from reco.tasks import code as ct
+from reco.tasks import code_tiny as tiny
+from reco.tasks import countdown as rc
 
 
 @dataclass
 class TaskSettings:
     """reco_mini.Config's flags of what it trains on: the math task's model and data, and Countdown's problems and its
-    tiny SFT base (reco_countdown)."""
+    tiny SFT base (reco/tasks/countdown.py)."""
     model: str = opt("", "Hugging Face model name or directory (default: a tiny model built here)")
     data: str = opt("", "math, code problems: .jsonl/.parquet, dataset dir, hub NAME[:CONFIG][:SPLIT]; code: humaneval")
     eval_data: str = opt("", "held-out math, code problems, as --data (default: a fifth of --data)")
@@ -41,7 +45,7 @@ class Task:
     max_new_tokens = 1024  # the response length limit (--max-new-tokens 0)
     eval_batch = 64  # responses sampled at once when evaluating (--eval-batch 0)
     head_chunk = 256  # row-tokens per slice of the lm head (--head-chunk -1)
-    config_defaults: dict = {}  # other reco_mini.Config fields whose default this task replaces (reco_io.resolve_defaults)
+    config_defaults: dict = {}  # other reco_mini.Config fields whose default this task replaces (reco.cli.resolve_defaults)
 
     def splits(self, cfg) -> dict[str, list]:
         """{"train": [...], "test": [...]} and optionally "val": the problems, from the run's Config."""
@@ -90,12 +94,12 @@ class Task:
 
     def base(self, cfg, splits: dict[str, list]):
         """(tokenizer, model): the base policy, --model's or the task's tiny one, frozen."""
-        tokenizer, model = reco_io.load_hf(cfg.model, cfg.device) if cfg.model else self.tiny_base(cfg, splits)
+        tokenizer, model = hf.load_hf(cfg.model, cfg.device) if cfg.model else self.tiny_base(cfg, splits)
         return tokenizer, model.requires_grad_(False)
 
 
 class Countdown(Task):
-    """reco_countdown's task: reach the target with three numbers and + - * ( ); a tiny model is built for it."""
+    """Countdown (countdown.py): reach the target with three numbers and + - * ( ); a tiny model is built for it."""
     name, max_new_tokens, eval_batch, head_chunk = "countdown", 12, 4096, 0
 
     def splits(self, cfg) -> dict[str, list]:
@@ -121,7 +125,7 @@ class Countdown(Task):
 
 
 class CountdownLong(Countdown):
-    """The same problems answered by a derivation whose tokens are fork, style or determined (reco_countdown)."""
+    """The same problems answered by a derivation whose tokens are fork, style or determined (countdown.token_labels)."""
     name, max_new_tokens = "countdown-long", rc.LONG_MAX_NEW_TOKENS
 
     def token_labels(self, problems: list, group_size: int, texts: list[str], resp, mask,
@@ -130,15 +134,13 @@ class CountdownLong(Countdown):
 
 
 class Math(Task):
-    """Math word problems from a JSONL file ('problem', 'answer'), graded by reco_grader; needs --model."""
+    """Math word problems from a JSONL file ('problem', 'answer'), graded by math_grader; needs --model."""
     name = "math"
 
     def splits(self, cfg) -> dict[str, list]:
-        return reco_io.math_splits(cfg.data, cfg.eval_data)
+        return math_splits(cfg.data, cfg.eval_data)
 
     def prompt(self, problem, tokenizer) -> str:
-        from reco_data import build_prompt  # the model's chat template, else plain text
-
         return build_prompt(tokenizer, problem["problem"], self.template(tokenizer))
 
     @staticmethod
@@ -146,32 +148,27 @@ class Math(Task):
         return "chat" if getattr(tokenizer, "chat_template", None) else "plain"
 
     def reward(self, problem, text: str) -> float:
-        from reco_grader import grade_answer  # math-verify in killable workers, time-bounded
-
-        return float(grade_answer(text, problem["answer"]))
+        return float(math_grader.grade_answer(text, problem["answer"]))  # math-verify in killable workers
 
     def rewards(self, problems: list, texts: list[str]) -> list[float]:
-        """A rollout batch graded in parallel in the grader's worker processes (reco_grader.grade_many)."""
-        from reco_grader import grade_many
-
-        return [float(ok) for ok in grade_many(texts, [p["answer"] for p in problems])]
+        """A rollout batch graded in parallel in the grader's worker processes (math_grader.grade_many)."""
+        return [float(ok) for ok in math_grader.grade_many(texts, [p["answer"] for p in problems])]
 
     def stop_ids(self, tokenizer, model) -> list[int]:
-        """The EOS, the model's generation config's EOS ids and a chat turn's end (reco_io.stop_token_ids)."""
-        return reco_io.stop_token_ids(tokenizer, self.template(tokenizer), getattr(model, "generation_config", None))
+        """The EOS, the model's generation config's EOS ids and a chat turn's end (hf.stop_token_ids)."""
+        return hf.stop_token_ids(tokenizer, self.template(tokenizer), getattr(model, "generation_config", None))
 
     def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
         """The normalised last \\boxed answer; a response without one keys on its own text."""
-        from reco_grader import _last_boxed, _normalize
-
-        boxes = [_last_boxed(t) for t in texts]
-        return [f"answer:{_normalize(b)[0]}" if b is not None else f"text:{t}" for b, t in zip(boxes, texts)]
+        boxes = [math_grader._last_boxed(t) for t in texts]
+        return [f"answer:{math_grader._normalize(b)[0]}" if b is not None else f"text:{t}" for b, t in zip(boxes, texts)]
 
 
 class Code(Task):
-    """Code problems from a dataset (reco_code_data: HumanEval, MBPP, EvalPlus, APPS, CodeContests, LiveCodeBench) for
+    """Code problems from a dataset (reco/data/code.py: HumanEval, MBPP, EvalPlus, APPS, CodeContests, LiveCodeBench)
+    for
     a base model, which continues a completion prompt; a response's program is the prompt and the response cut at the
-    stop sequences (reco_code_task), graded by its tests in reco_code's sandbox. Needs --model and --data."""
+    stop sequences (code.py), graded by its tests in the code sandbox (reco/rewards/code.py). Needs --model and --data."""
     name, chat = "code", False
 
     def splits(self, cfg) -> dict[str, list]:
@@ -181,7 +178,7 @@ class Code(Task):
         return ct.instruct_prompt(problem, tokenizer) if self.chat else ct.completion_prompt(problem)
 
     def program(self, problem, text: str) -> str:
-        """The program a response stands for (reco_code_task.completion_program or fenced_program)."""
+        """The program a response stands for (code.completion_program or fenced_program)."""
         if self.chat:
             return ct.fenced_program(text)
         return ct.completion_program(ct.completion_prompt(problem), text, problem["entry_point"])
@@ -190,16 +187,16 @@ class Code(Task):
         return self.rewards([problem], [text])[0]
 
     def rewards(self, problems: list, texts: list[str]) -> list[float]:
-        """A rollout batch's programs graded at once, in parallel (reco_code.grade_many)."""
+        """A rollout batch's programs graded at once, in parallel (reco.rewards.code.grade_many)."""
         programs = [self.program(p, t) for p, t in zip(problems, texts)]
         return [float(ok) for ok in ct.grade(programs, [p["tests"] for p in problems])]
 
     def stop_ids(self, tokenizer, model) -> list[int]:
         """The EOS, the model's generation config's EOS ids and, with a chat template, a chat turn's end."""
-        return reco_io.stop_token_ids(tokenizer, "chat" if self.chat else "plain", getattr(model, "generation_config", None))
+        return hf.stop_token_ids(tokenizer, "chat" if self.chat else "plain", getattr(model, "generation_config", None))
 
     def response_length(self, problem, ids: list[int], tokenizer) -> int:
-        """A completion ends with its stop sequence (reco_code_task.completion_stop): the tokens through it."""
+        """A completion ends with its stop sequence (code.completion_stop): the tokens through it."""
         if self.chat:
             return len(ids)
         stop = ct.completion_stop(ct.completion_prompt(problem), tokenizer.decode(ids, skip_special_tokens=True),
@@ -215,7 +212,7 @@ class Code(Task):
         return resp.masked_fill(~keep, tokenizer.pad_token_id), mask * keep.to(mask.dtype)
 
     def canonical_keys(self, problems: list, group_size: int, texts: list[str]) -> list[str]:
-        """The program's key: programs equal up to formatting share it (reco_code_task.program_key)."""
+        """The program's key: programs equal up to formatting share it (code.program_key)."""
         flat = [p for p in problems for _ in range(group_size)]
         return [ct.program_key(self.program(p, t)) for p, t in zip(flat, texts)]
 
@@ -227,7 +224,7 @@ class CodeChat(Code):
 
 
 class CodeTiny(Task):
-    """reco_code_tiny's task: write f(x) from two numbers and one example, paid on hidden tests run in reco_code's
+    """code-tiny (code_tiny.py): write f(x) from two numbers and one example, paid on hidden tests run in the code
     sandbox; a tiny model is built for it. Sized (config_defaults: a smaller model, fewer samples and RL steps than
     Countdown's) so that `python reco_mini.py --task code-tiny` prints its table within 5 minutes on 2 busy CPU
     cores, much of it spent running programs in the sandbox."""
@@ -235,7 +232,7 @@ class CodeTiny(Task):
     config_defaults = {"hidden": 64, "layers": 2, "n_eval": 64, "steps": 20, "prompts_per_step": 16}
 
     def __init__(self) -> None:
-        self.known: dict[tuple[str, str], bool] = {}  # verdicts of the programs graded so far (reco_code_tiny.grade)
+        self.known: dict[tuple[str, str], bool] = {}  # verdicts of the programs graded so far (code_tiny.grade)
 
     def splits(self, cfg) -> dict[str, list]:
         return tiny.make_splits(cfg)
@@ -256,8 +253,8 @@ class CodeTiny(Task):
         return tiny.form_counts(correct)
 
     def tiny_base(self, cfg, splits: dict[str, list]):
-        """reco_countdown's character tokenizer (with x) and tiny model, SFT-ed on skewed demonstrations (cached).
-        On a CPU with OMP_NUM_THREADS unset, torch runs on one thread from here on (reco_code_tiny.one_thread)."""
+        """Countdown's character tokenizer (with x) and tiny model, SFT-ed on skewed demonstrations (cached).
+        On a CPU with OMP_NUM_THREADS unset, torch runs on one thread from here on (code_tiny.one_thread)."""
         tiny.one_thread(cfg.device)
         tokenizer = tiny.char_tokenizer()
         return tokenizer, tiny.load_base(cfg, tokenizer, set(splits["test"]) | set(splits["val"]))

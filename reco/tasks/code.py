@@ -1,7 +1,8 @@
-"""reco_code_task.py: code problems as prompts, responses as programs, programs as rewards (reco_task's code tasks).
+"""reco/tasks/code.py: code problems as prompts, responses as programs, programs as rewards (the code tasks of
+reco.tasks).
 
-A bottom-floor module beside reco_code (the sandbox) and reco_code_data (the datasets); it imports nothing of
-reco_mini or reco_scaled, and never runs a program: every program runs in reco_code's sandbox.
+Beside the code reward (reco/rewards/code.py, the sandbox) and the code datasets (reco/data/code.py); it imports nothing
+of reco_mini or reco_scaled, and never runs a program: every program runs in the code reward's sandbox.
 
 - Prompts. `completion_prompt(problem)` is for a base model, which continues it: the dataset's own prompt where it
   is code (HumanEval's signature and docstring, MBPP+'s docstring), otherwise the statement as comment lines and a
@@ -13,13 +14,13 @@ reco_mini or reco_scaled, and never runs a program: every program runs in reco_c
   or ``print``) after the line that defines the entry point, the way HumanEval's completions are cut; a program
   for stdin/stdout (no entry point) is not cut. `fenced_program(response)`: the last fenced python block (```python,
   ```py or a bare ```), or "" when there is none. reco_mini's sampler and reco_scaled's engines stop at token ids;
-  `completion_stop` and `tokens_through` say where a completion ends (after its stop sequence), and reco_task's
+  `completion_stop` and `tokens_through` say where a completion ends (after its stop sequence), and reco.tasks'
   code task cuts its response there, so no token after the stop sequence is trained.
-- Rewards. `grade(programs, tests)`: reco_code.grade_many over a batch (parallel, identical jobs once); a program
-  that does not parse (Python's ast, which never runs it) fails without a sandbox run, since it cannot pass.
+- Rewards. `grade(programs, tests)`: reco.rewards.code.grade_many over a batch (parallel, identical jobs once); a
+  program that does not parse (Python's ast, which never runs it) fails without a sandbox run, since it cannot pass.
 - Keys. `program_key(program)`: equal programs up to formatting (spacing, comments, redundant parentheses) share a
   key, the dump of their syntax tree.
-- Splits. `code_splits(data, eval_data)`: training and held-out problems, as reco_io.held_out_splits makes them.
+- Splits. `code_splits(data, eval_data)`: training and held-out problems, as reco.data.math.held_out_splits makes them.
 """
 from __future__ import annotations
 
@@ -28,8 +29,12 @@ import re
 import warnings
 from collections.abc import Sequence
 
+from reco.data.code import load_code_problems
+from reco.data.math import held_out_splits
+from reco.rewards import code as code_reward
+
 STOP_SEQUENCES = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
-CODE_PROMPT_LAYOUTS = ("humaneval", "mbpp+")  # reco_code_data layouts whose prompt is code a model continues
+CODE_PROMPT_LAYOUTS = ("humaneval", "mbpp+")  # reco/data/code.py's layouts whose prompt is code a model continues
 FENCED = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL)
 REPLY = "Reply with the complete program in one ```python code block."
 
@@ -131,23 +136,18 @@ def program_key(program: str) -> str:
 
 def grade(programs: Sequence[str], tests: Sequence, timeout_s: float | None = None) -> list[bool]:
     """Whether each program passes its tests (one per program: Python test source or (input, output) cases), all
-    at once through reco_code.grade_many; a program that does not parse fails without running."""
-    import reco_code
-
+    at once through code_reward.grade_many; a program that does not parse fails without running."""
     runnable = [i for i, p in enumerate(programs) if p.strip() and parse(p) is not None]
     verdicts = [False] * len(programs)
     if runnable:
         options = {} if timeout_s is None else {"timeout_s": timeout_s}
-        passed = reco_code.grade_many([programs[i] for i in runnable], [tests[i] for i in runnable], **options)
+        passed = code_reward.grade_many([programs[i] for i in runnable], [tests[i] for i in runnable], **options)
         for i, ok in zip(runnable, passed):
             verdicts[i] = ok
     return verdicts
 
 
 def code_splits(data: str, eval_data: str = "") -> dict[str, list[dict]]:
-    """Training and held-out code problems (reco_code_data.load_code_problems): `eval_data` if given, else a fixed
-    fifth of `data`; bad input is a one-line error (reco_io.held_out_splits)."""
-    import reco_io
-    from reco_code_data import load_code_problems
-
-    return reco_io.held_out_splits(data, eval_data, load_code_problems)
+    """Training and held-out code problems (load_code_problems): `eval_data` if given, else a fixed fifth of `data`;
+    bad input is a one-line error (held_out_splits)."""
+    return held_out_splits(data, eval_data, load_code_problems)

@@ -1,18 +1,18 @@
-"""reco_code_tiny.py: code-tiny, reco_mini's code task for a CPU: write a function from two numbers and one example.
+"""reco/tasks/code_tiny.py: reco_mini's code task for a CPU: write a function from two numbers and one example.
 
 A problem shows two numbers and one example of a function f, e.g. ``3,7,2>013:`` (numbers 3 and 7; f(2) = 13).
 The response is the expression f returns; the program is ``def f(x):\\n    return <response>\\n``, and it is paid
-when it passes hidden tests, f at HIDDEN_XS (never shown), run in reco_code's sandbox. So a program that only fits
+when it passes hidden tests, f at HIDDEN_XS (never shown), run in the code sandbox. So a program that only fits
 the example, or returns 13, is not paid. f is one of five forms of x and the two numbers (FORMS, Countdown's forms
 with x for a number), with the numbers in either role; a problem whose example fits two different functions is
 never drawn, so the prompt determines f. Each problem has many distinct correct programs: its form's commuted
 writings (WRITINGS, two to six), and any other expression equal to f at the hidden points (``2*x+x+7``).
 
-As in reco_countdown, the SFT demonstrations draw forms with Countdown's skewed prior (SFT_FORM_PRIOR) and one of
+As in countdown.py, the SFT demonstrations draw forms with Countdown's skewed prior (SFT_FORM_PRIOR) and one of
 the form's writings uniformly, while RL and held-out problems draw forms uniformly: held-out problems of a rare
 form are the ones a concentrating policy loses at large k. The tiny model, its character tokenizer (plus ``x``) and
-its SFT are reco_countdown's. Canonical keys are reco_code_task.program_key's (equal programs up to formatting share
-one); a correct program's form is its expression's shape up to commutation (reco_countdown.expression_shape).
+its SFT are countdown.py's. Canonical keys are code.program_key's (equal programs up to formatting share one); a
+correct program's form is its expression's shape up to commutation (countdown.expression_shape).
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-import reco_code_task
-import reco_countdown as rc
+from reco.tasks import code
+from reco.tasks import countdown as rc
 
 FORMS = ["{a}*x+{b}", "{a}*x-{b}", "(x+{a})*{b}", "(x-{a})*{b}", "x+{a}+{b}"]
 WRITINGS = [  # per form, the programs a demonstration writes: the form's writings up to commutation of + and *
@@ -104,13 +104,13 @@ def program(response: str) -> str:
 
 
 def grade(problems: list[Problem], responses: list[str], known: dict[tuple[str, str], bool]) -> list[float]:
-    """1.0 for each response whose program passes its problem's hidden tests, in reco_code's sandbox. `known` holds
+    """1.0 for each response whose program passes its problem's hidden tests, in the code sandbox. `known` holds
     the verdict of every (program, tests) already graded, so each is run once per process: code-tiny's programs are
     arithmetic on one integer, with one verdict."""
     jobs = [(program(t), p.tests) for p, t in zip(problems, responses)]
     new = list(dict.fromkeys(job for job in jobs if job not in known))
     if new:
-        known.update(zip(new, reco_code_task.grade([j[0] for j in new], [j[1] for j in new])))
+        known.update(zip(new, code.grade([j[0] for j in new], [j[1] for j in new])))
     return [float(known[job]) for job in jobs]
 
 
@@ -134,13 +134,13 @@ def solving_forms(problem: Problem) -> set[int]:
 
 
 def demonstration(rng: random.Random, exclude: set) -> tuple[str, str] | None:
-    """reco_countdown.sft's demonstration: a problem drawn with SFT_FORM_PRIOR and one of its form's writings."""
+    """countdown.sft's demonstration: a problem drawn with SFT_FORM_PRIOR and one of its form's writings."""
     problem, response = make_problem(rng, SFT_FORM_PRIOR)
     return None if problem in exclude else (problem.prompt, response)
 
 
 def char_tokenizer():
-    """reco_countdown's character tokenizer with x."""
+    """Countdown's character tokenizer with x."""
     return rc.char_tokenizer("code-tiny", extra_chars="x")
 
 
@@ -160,5 +160,5 @@ def one_thread(device: str) -> None:
 
 
 def load_base(cfg, tokenizer, exclude: set[Problem]):
-    """The tiny model SFT-ed on code-tiny's skewed demonstrations (reco_countdown.load_base), cached."""
+    """The tiny model SFT-ed on code-tiny's skewed demonstrations (countdown.load_base), cached."""
     return rc.load_base(cfg, tokenizer, exclude, demonstration, base_cache_path(cfg), MAX_POSITIONS)

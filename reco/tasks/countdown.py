@@ -1,7 +1,7 @@
-"""reco_countdown.py: reco_mini's default task, Countdown with 3 numbers, and its tiny policy's architecture.
+"""reco/tasks/countdown.py: reco_mini's default task, Countdown with 3 numbers, and its tiny policy's architecture.
 
 Reach the target with each of the three numbers used once and + - * ( ). Solutions come in five forms (FORMS);
-the SFT demonstrations (reco_countdown.sft) draw forms with a skewed prior, SFT_FORM_PRIOR, while RL and held-out
+the SFT demonstrations (sft) draw forms with a skewed prior, SFT_FORM_PRIOR, while RL and held-out
 problems draw them uniformly, so some held-out problems are solvable only by rare forms: the base model has a low
 Pass@1 but real coverage at large k, the regime where GRPO concentrates (docs/design.md section 4).
 Answers are parsed by a whitelist over Python's ast and valued with sympy's exact arithmetic; nothing is run.
@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-import reco_io
-from reco_io import tqdm  # tqdm.auto's bar; in a log file, a line a minute at most
+from reco.hf import save_atomic
+from reco.log import tqdm  # tqdm.auto's bar; in a log file, a line a minute at most
 
 FORMS = ["{a}*{b}+{c}", "{a}*{b}-{c}", "({a}+{b})*{c}", "({a}-{b})*{c}", "{a}+{b}+{c}"]
 SFT_FORM_PRIOR = [0.55, 0.25, 0.12, 0.055, 0.025]
@@ -241,7 +241,7 @@ def load_base(cfg, tokenizer, exclude: set, demonstration=None, path: Path | Non
     if path.exists():
         model.load_state_dict(torch.load(path, map_location=cfg.device, weights_only=True))
         return model
-    reco_io.save_atomic(sft(cfg, model, tokenizer, exclude, demonstration).state_dict(), path)
+    save_atomic(sft(cfg, model, tokenizer, exclude, demonstration).state_dict(), path)
     return model
 
 

@@ -162,7 +162,7 @@ def refused_settings(args: GRPOConfig) -> list[str]:
         (args.beta == 0 or not args.use_bias_correction_kl, "beta > 0 with use_bias_correction_kl=True: reco_mini's "
                                                             "KL term is the plain k3; set use_bias_correction_kl=False"),
         (getattr(args, "occurrence", "") != "canonical", "occurrence='canonical': its canonical keys come from "
-                                                          "reco_mini's tasks only (reco_countdown.response_key); use count"),
+                                                          "reco_mini's tasks only (countdown's response_key); use count"),
         (getattr(args, "token_ratio", "") != "simko", "token_ratio='simko': a peer's token ratio, which only "
                                                        "experiments/lab.py's loop runs (it reads the policy's logits)"),
         (args.top_entropy_quantile == 1.0, "top_entropy_quantile < 1"),

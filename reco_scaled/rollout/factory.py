@@ -1,5 +1,5 @@
 """The one place that builds a rollout engine, for training (reco_scaled.trainer) and evaluation
-(reco_scaled.evaluate) alike, and that decides which tokens end a response (reco_io.stop_token_ids, shared
+(reco_scaled.evaluate) alike, and that decides which tokens end a response (reco.hf.stop_token_ids, shared
 with reco_mini).
 
 vllm is imported only when the vLLM engine is asked for.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from reco_io import stop_token_ids
+from reco.hf import stop_token_ids
 from reco_scaled.rollout.base import RolloutEngine
 
 ENGINES = ("hf", "vllm")

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from reco_countdown import SFT_FORM_PRIOR  # noqa: E402
+from reco.tasks.countdown import SFT_FORM_PRIOR  # noqa: E402
 from reco_mini import group_advantages, occurrence_weights  # noqa: E402
 
 # prompt kind -> (which modes are correct, how many prompts of that kind)
