@@ -14,6 +14,8 @@ def write_results(results: dict, out: Path) -> None:
     (out / "results.json").write_text(json.dumps(results, indent=1))
     print(format_table(results["methods"]))
     cfg, problems = results["config"], len(next(iter(results["methods"].values()))["counts"])
+    if cfg.get("quick"):
+        print(smoke_test_note(problems, cfg["steps"]))
     eval_seed = cfg["seed"] + 1 if cfg["eval_seed"] < 0 else cfg["eval_seed"]
     caption = (f"task {cfg['task']}, model {cfg['model'] or 'the tiny one built here'}: {problems} held-out problems, "
                f"n = {cfg['n_eval']} samples each at temperature {cfg['temperature']:g}; seed {cfg['seed']} "
@@ -21,6 +23,12 @@ def write_results(results: dict, out: Path) -> None:
     plot_pass_at_k({m: {"held-out": res} for m, res in results["methods"].items()}, out / "pass_at_k.png",
                    caption=caption)
     print(f"wrote {out / 'results.json'} and {out / 'pass_at_k.png'} in {results['wall_time_s']} s")
+
+
+def smoke_test_note(problems: int, steps: int) -> str:
+    """The line under --quick's table: its numbers say the pipeline runs, not which method is better."""
+    return (f"--quick: a smoke test on {problems} problems x {steps} RL steps; these numbers are noise, "
+            "not a comparison of the methods (run without --quick for that)")
 
 
 def format_table(columns: dict[str, dict], title: str = "") -> str:

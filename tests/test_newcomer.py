@@ -171,6 +171,23 @@ def test_pass_at_k_plot_is_wide_with_one_title_and_the_runs_details(tmp_path, mo
     assert json.loads((tmp_path / "results.json").read_text())["config"] == cfg
 
 
+
+def test_quick_says_under_its_table_that_it_is_a_smoke_test(tmp_path, capsys):
+    """--quick's table read as "ReCo hurts", with nothing saying it was 4 steps on 16 problems (issue 54)."""
+    curve = {"pass_at_k": {"1": 0.2, "2": 0.3}, "mean_accuracy": 0.2, "distinct_correct": 1.0, "solved_any": 0.5,
+             "counts": [1, 2, 0]}
+    runs = {"base": curve, "reco": curve}
+    quick = asdict(reco_mini.parse_config(["--quick"]))
+    report.write_results({"config": quick, "methods": runs, "wall_time_s": 1.0}, tmp_path / "quick")
+    lines = capsys.readouterr().out.splitlines()
+    note = lines[lines.index(next(x for x in lines if x.startswith("solved"))) + 1]  # the line under the table
+    assert lines[0].startswith("pass@k") and "reco" in lines[0]
+    assert f"smoke test on 3 problems x {quick['steps']} RL steps" in note and "noise" in note
+    full = asdict(reco_mini.parse_config([]))
+    report.write_results({"config": full, "methods": runs, "wall_time_s": 1.0}, tmp_path / "full")
+    assert "smoke test" not in capsys.readouterr().out
+
+
 README = (ROOT / "README.md").read_text()
 
 

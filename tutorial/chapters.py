@@ -29,6 +29,7 @@ block that drifts.
     python tutorial/chapters.py            # check every chapter (what tests/test_tutorial.py does)
     python tutorial/chapters.py 03 04      # check some chapters
     python tutorial/chapters.py --write    # rewrite include bodies and output blocks from the code
+    python tutorial/chapters.py --words    # the reading path's words, file by file, against its budget
 """
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ ROOT = TUTORIAL.parent
 CHAPTERS = ("01-grpo-from-scratch.md", "02-pass-at-k.md", "03-response-level-concentration.md",
             "04-token-level-concentration.md", "05-reco-end-to-end.md", "06-scaling-up.md")
 FILES = (*CHAPTERS, "README.md")  # every Markdown file whose code blocks are checked
+# the student's reading path (issue 54): what a newcomer reads before reco_scaled, at most WORD_BUDGET words
+TEACHING_PATH = ("README.md", "tutorial/README.md", *(f"tutorial/{c}" for c in CHAPTERS[:5]), "reco_mini.py")
+WORD_BUDGET = 18_000
 
 
 @dataclass
@@ -340,11 +344,22 @@ def check_chapter(name: str, text: str | None = None, *, run: bool = True, write
     return report, text
 
 
+def teaching_path_words() -> dict[str, int]:
+    """Words of each file of the reading path, counted as `wc -w` does (runs of non-whitespace)."""
+    return {name: len((ROOT / name).read_text().split()) for name in TEACHING_PATH}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Check (or refresh) the tutorial's code blocks.")
     parser.add_argument("chapters", nargs="*", help="chapter numbers or file names (default: all)")
     parser.add_argument("--write", action="store_true", help="rewrite include bodies and output blocks in place")
+    parser.add_argument("--words", action="store_true", help="print the reading path's words, file by file")
     args = parser.parse_args(argv)
+    if args.words:
+        words = teaching_path_words()
+        print("\n".join(f"{n:>7,}  {name}" for name, n in words.items()))
+        print(f"{sum(words.values()):>7,}  in all (budget {WORD_BUDGET:,})")
+        return 0 if sum(words.values()) <= WORD_BUDGET else 1
     names = [c for c in FILES if not args.chapters or any(c.startswith(a) or c == a for a in args.chapters)]
     failed = 0
     for name in names:
