@@ -1,6 +1,7 @@
-"""The findings in plain words, written from the committed results JSON, never typed: two sentences for the
-README's first screen (one more for each family of the positive-control study once it has finished), and one line
-per study (each hypothesis of the fork study) for the summary at the top of docs/results.md.
+"""The findings in plain words, written from the committed results JSON, never typed: one sentence for the README's
+opening (issue 54: what was measured, in one sentence), and for the summary at the top of docs/results.md a short
+paragraph (two sentences, one more for each finished family of the positive-control study) and one line per study
+(each hypothesis of the fork study).
 
 Each sentence is chosen by a rule on a study's verdict (a 95% CI above zero, below zero, or neither; a hypothesis
 confirmed or not), so a null reads as a null: the exploratory CPU study's concentration (`results/cpu_study.json`),
@@ -27,7 +28,8 @@ BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"  # the README's 
 FINDINGS_BEGIN, FINDINGS_END = "<!-- findings:begin -->", "<!-- findings:end -->"  # docs/results.md's summary
 FRONTIER, CPU, LONG = "results/frontier_study.json", "results/cpu_study.json", "results/long_study.json"
 FORK, CONTROL, CODE = "results/fork_study.json", "results/control_study.json", "results/control_study_code.json"
-SOURCES = (FRONTIER, CPU, LONG)  # FORK, CONTROL and CODE join them once their studies have written a summary
+NORM = "results/norm_study.json"
+SOURCES = (FRONTIER, CPU, LONG)  # FORK, CONTROL, CODE and NORM join them once their studies have written a summary
 
 
 def interval(estimate: float, low: float, high: float) -> str:
@@ -147,7 +149,8 @@ def amendment_partial(control: dict) -> bool:
     return bool(matched.get("runs_planned") and matched["partial"])
 
 
-def running(long: dict, fork: dict | None, control: dict | None, code: dict | None = None) -> list[str]:
+def running(long: dict, fork: dict | None, control: dict | None, code: dict | None = None,
+            norm: dict | None = None) -> list[str]:
     """The studies, or parts of one, still partial in the committed summaries."""
     out = ["the long-response study"] if long["partial"] else []
     if fork is not None and fork["partial"]:
@@ -160,12 +163,14 @@ def running(long: dict, fork: dict | None, control: dict | None, code: dict | No
         out.append("the positive-control study's code-tiny family")
     if control is not None and not control["partial"] and amendment_partial(control):
         out.append("the positive-control study's amendment 2")
+    if norm is not None and norm["partial"]:
+        out.append("the normalisation study")
     return out
 
 
 def readme_sentences(frontier: dict, cpu: dict, long: dict, fork: dict | None = None,
                      control: dict | None = None, code: dict | None = None) -> list[str]:
-    """The README's plain sentences: whether GRPO concentrates here (the CPU study), whether ReCo kept more coverage
+    """docs/results.md's opening paragraph (the README's until issue 54): whether GRPO concentrates here (the CPU study), whether ReCo kept more coverage
     than GRPO (the frontier study's H1, then every pre-registered comparison), with what is still partial, and the
     positive-control study's answer once it has one."""
     k, n = str(cpu["ks"][-1]), len(cpu["study"]["seeds"])
@@ -193,6 +198,48 @@ def readme_sentences(frontier: dict, cpu: dict, long: dict, fork: dict | None = 
                if partial else ".")
     return [first[cpu_study.ci_sign(cpu["paired_differences"]["base - grpo"]["pass_at_k"][k])], second,
             *control_sentence(control), *code_sentence(code)]
+
+
+def readme_sentence(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None,
+                    code: dict | None = None, norm: dict | None = None) -> str:
+    """The README's one sentence of what was measured: whether GRPO concentrated here, how many pre-registered
+    comparisons found a form of ReCo keeping more coverage than GRPO, which methods with published gains did at
+    GRPO's learning rate, the normalisation study's answer once it has one, and what is still partial."""
+    k, n = str(cpu["ks"][-1]), len(cpu["study"]["seeds"])
+    grpo = {1: f"GRPO solved more problems on the first try but fewer within {k} tries than the model it started from",
+            -1: f"GRPO did not lose coverage within {k} tries",
+            0: f"GRPO's loss of coverage within {k} tries is not established"}[
+        cpu_study.ci_sign(cpu["paired_differences"]["base - grpo"]["pass_at_k"][k])]
+    rows = coverage_comparisons(frontier, long, fork)
+    more, less = (sum(v == x for _, v in rows) for x in ("more", "less"))
+    sentence = (f"On a tiny model learning Countdown on a CPU, {grpo} (exploratory, {n} seeds), and a form of ReCo kept "
+                f"more coverage than GRPO in {more} of {len(rows)} pre-registered comparisons (less in {less})")
+    if control is not None and not control["partial"]:
+        import control_study  # here, not at the top: importing it registers the fork arms in reco_mini
+        same = control_study.confirmed_at_grpo_lr(control)
+        names = [PEER_WORDS.get(a, ARM_WORDS.get(a, a)) for a in same]
+        sentence += (f", while {' and '.join(names)} kept more at GRPO's learning rate" if names else
+                     ", and no method with published coverage gains kept more at GRPO's learning rate")
+    sentence += norm_clause(norm)
+    partial = running(long, fork, control, code, norm)
+    if partial:
+        sentence += f" (**PARTIAL**: {' and '.join(partial)} {'is' if len(partial) == 1 else 'are'} still running)"
+    return sentence + "."
+
+
+def norm_clause(norm: dict | None) -> str:
+    """The normalisation study's answer (issue 52), by its DEFAULT_RULE and its family's Holm verdicts; nothing while
+    it is partial (the PARTIAL clause names it)."""
+    if norm is None or norm["partial"]:
+        return ""
+    confirmed = sum(bool(r.get("confirmed")) for r in norm["family"])
+    change = norm["default"]["confirmed_at_both_lrs"]
+    if change:
+        words = " and ".join({"reco-batch": "ReCo with batch-normalised weights",
+                              "reco-positive-batch": "ReCo with positive-only batch-normalised weights"}[a] for a in change)
+        return f"; {words} kept more coverage than GRPO at both learning rates of the normalisation study"
+    return (f"; normalising ReCo's weights over the batch instead of within each group confirmed {confirmed} of "
+            f"{len(norm['family'])} pre-registered contrasts, so ReCo's default stays per group")
 
 
 def control_sentence(control: dict | None) -> list[str]:
@@ -292,14 +339,27 @@ def control_study_lines(control: dict | None, code: dict | None = None, docs: st
     return out
 
 
+def norm_study_lines(norm: dict | None, docs: str = "docs/") -> list[str]:
+    """The normalisation study: nothing before its first summary, how far it is while it runs, then its answer."""
+    if norm is None:
+        return []
+    head = (f"- **Does ReCo's normalisation explain its null?** ([docs/norm_study.md]({docs}norm_study.md))")
+    c = norm["compute"]
+    if norm["partial"]:
+        return [f"{head}: **PARTIAL**: the study is partial ({c['runs']} of {c['runs_planned']} runs in `{NORM}`), so no "
+                "finding is drawn from it yet."]
+    return [f"{head}: {norm_clause(norm).removeprefix('; ').capitalize()}."]
+
+
 def sources() -> tuple[list[dict], dict[str, dict | None]]:
-    """The committed summaries render takes: SOURCES, and the fork and control studies' (by keyword) where they exist."""
-    optional = {"fork": ROOT / FORK, "control": ROOT / CONTROL, "code": ROOT / CODE}
+    """The committed summaries render takes: SOURCES, and the other studies' (by keyword) where they exist."""
+    optional = {"fork": ROOT / FORK, "control": ROOT / CONTROL, "code": ROOT / CODE, "norm": ROOT / NORM}
     return ([json.loads((ROOT / path).read_text()) for path in SOURCES],
             {name: json.loads(path.read_text()) if path.exists() else None for name, path in optional.items()})
 
 
-def generated_from(fork: dict | None, control: dict | None, page: str, code: dict | None = None) -> str:
+def generated_from(fork: dict | None, control: dict | None, page: str, code: dict | None = None,
+                   norm: dict | None = None) -> str:
     partial = " (PARTIAL: the study is partial)"
     return (f"_Generated from `{FRONTIER}`, `{CPU}`, `{LONG}`"
             + (f", `{FORK}`" + (partial if fork["partial"] else
@@ -307,28 +367,32 @@ def generated_from(fork: dict | None, control: dict | None, page: str, code: dic
                if fork else "")
             + "".join(f", `{path}`" + (partial if summary["partial"] else " (PARTIAL: its amendment 2 is partial)"
                                        if path == CONTROL and amendment_partial(summary) else "")
-                      for path, summary in ((CONTROL, control), (CODE, code)) if summary)
+                      for path, summary in ((CONTROL, control), (CODE, code), (NORM, norm)) if summary)
             + f" by `python experiments/headline.py --write {page}`; rerun it rather than editing._")
 
 
 def render_readme(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None,
-                  code: dict | None = None) -> str:
-    """The README's block: two plain sentences, and the positive-control study's once it has an answer."""
-    return "\n".join([generated_from(fork, control, "README.md", code), "",
-                      " ".join(readme_sentences(frontier, cpu, long, fork, control, code))])
+                  code: dict | None = None, norm: dict | None = None) -> str:
+    """The README's block: one sentence of what was measured."""
+    return "\n".join([generated_from(fork, control, "README.md", code, norm), "",
+                      readme_sentence(frontier, cpu, long, fork, control, code, norm)])
 
 
 def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None,
-           code: dict | None = None) -> str:
-    """docs/results.md's summary block: one plain sentence per finding, each of the fork study's hypotheses."""
+           code: dict | None = None, norm: dict | None = None) -> str:
+    """docs/results.md's summary block: the plain paragraph, then one sentence per finding, each of the fork study's
+    hypotheses."""
     return "\n".join([
-        generated_from(fork, control, "docs/results.md", code),
+        generated_from(fork, control, "docs/results.md", code, norm),
+        "",
+        " ".join(readme_sentences(frontier, cpu, long, fork, control, code)),
         "",
         f"- {concentration_sentence(cpu)}",
         *[f"- {sentence}" for sentence in frontier_sentences(frontier)],
         f"- {long_study_sentence(long)}",
         *fork_study_lines(fork, docs=""),
         *control_study_lines(control, code, docs=""),
+        *norm_study_lines(norm, docs=""),
     ])
 
 
@@ -347,7 +411,7 @@ def write(path: Path, blocks: dict[tuple[str, str], str]) -> None:
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--write", type=Path, action="append", default=[],
-                        help="page to fill between its markers: README.md (two sentences), docs/results.md (summary)")
+                        help="page to fill between its markers: README.md (one sentence), docs/results.md (summary)")
     args = parser.parse_args(argv)
     required, optional = sources()
     blocks = {(BEGIN, END): render_readme(*required, **optional),

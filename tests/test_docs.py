@@ -302,22 +302,52 @@ def test_readme_findings_are_generated_from_the_committed_results():
 
 
 def test_the_readme_first_screen_is_the_project_not_its_statistics():
-    """Issue 43: the first 40 lines say what the project is, how to start and the ways to use it; the findings are
-    two sentences there (and one per finished family of the positive-control study), with no hypothesis labels, no test
-    names and none of the studies' statistics."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "experiments"))
-    import headline
-
-    _, optional = headline.sources()
-    answers = len(headline.control_sentence(optional["control"]) + headline.code_sentence(optional["code"]))
+    """Issue 43: the first 40 lines say what the project is, how to start and the ways to use it; issue 54: the findings
+    are one sentence there, with no hypothesis labels, no test names and none of the studies' statistics."""
     first = "\n".join(README.read_text().splitlines()[:40])
     assert "## Quick start" in first and "pip install -r requirements.txt" in first and "docs/results.md" in first
     assert not re.search(r"\bH[1-9]\b|Holm|\bF1\b|\btest_\w+|tests/\w", first), "statistics or test names on the first screen"
     block = first.split("<!-- headline:begin -->", 1)[1].split("<!-- headline:end -->", 1)[0]
     sentences = block.split("\n", 2)[2].strip()  # after the generated-from line
-    assert len(re.findall(r"[.!?](?:\s|$)", sentences)) == 2 + answers, sentences
+    assert len(re.findall(r"[.!?](?:\s|$)", sentences)) == 1, sentences
+
+
+def test_the_readme_sentence_follows_the_verdicts_and_says_partial():
+    """Issue 54's one sentence: its counts follow the comparisons, the positive controls follow the control study, a
+    partial normalisation study says PARTIAL, and a finished one reads its DEFAULT_RULE."""
+    import copy
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import headline
+
+    required, optional = headline.sources()
+    frontier, cpu, long = required
+    said = headline.readme_sentence(*required, **optional)
+    rows = headline.coverage_comparisons(frontier, long, optional["fork"])
+    assert f"in {sum(v == 'more' for _, v in rows)} of {len(rows)} pre-registered comparisons" in said
+    flipped = copy.deepcopy(cpu)
+    flipped["paired_differences"]["base - grpo"]["pass_at_k"][str(cpu["ks"][-1])] |= {"mean": -0.3, "ci95": 0.1}
+    assert "did not lose coverage" in headline.readme_sentence(frontier, flipped, long, **optional)
+    none = optional | {"control": {"partial": False, "positive_controls": [], "family": [], "design": {"arms_run": []}}}
+    assert "no method with published coverage gains kept more" in headline.readme_sentence(*required, **none)
+    family = [{"arm": a, "reference": r, "lr": lr, "confirmed": False}
+              for lr in (1e-4, 2e-4) for a, r in (("reco-batch", "grpo"), ("reco-positive-batch", "grpo"),
+                                                  ("reco-batch", "reco"))]
+    running = {"partial": True, "family": [], "default": {"confirmed_at_both_lrs": []},
+               "compute": {"runs": 40, "runs_planned": 97}}
+    partial = headline.readme_sentence(*required, **optional | {"norm": running})
+    assert "**PARTIAL**: the normalisation study is still running" in partial and "stays per group" not in partial
+    assert "norm_study.json` (PARTIAL" in headline.render_readme(*required, **optional | {"norm": running})
+    assert "40 of 97 runs" in headline.render(*required, **optional | {"norm": running})
+    null = running | {"partial": False, "family": family}
+    assert "confirmed 0 of 6 pre-registered contrasts, so ReCo's default stays per group" in headline.readme_sentence(
+        *required, **optional | {"norm": null})
+    win = null | {"default": {"confirmed_at_both_lrs": ["reco-positive-batch"]}}
+    won = headline.readme_sentence(*required, **optional | {"norm": win})
+    assert "ReCo with positive-only batch-normalised weights kept more coverage than GRPO at both" in won
+    assert "PARTIAL" not in won  # every other committed study has finished
 
 
 def test_readme_sentences_follow_the_verdicts_and_say_partial():
