@@ -218,13 +218,29 @@ def readme_sentence(frontier: dict, cpu: dict, long: dict, fork: dict | None = N
         import control_study  # here, not at the top: importing it registers the fork arms in reco_mini
         same = control_study.confirmed_at_grpo_lr(control)
         names = [PEER_WORDS.get(a, ARM_WORDS.get(a, a)) for a in same]
-        sentence += (f", while {' and '.join(names)} kept more at GRPO's learning rate" if names else
-                     ", and no method with published coverage gains kept more at GRPO's learning rate")
+        sentence += (f", while {' and '.join(names)} kept more at GRPO's learning rate{lr_caveat(control)}" if names
+                     else ", and no method with published coverage gains kept more at GRPO's learning rate")
     sentence += norm_clause(norm)
     partial = running(long, fork, control, code, norm)
     if partial:
         sentence += f" (**PARTIAL**: {' and '.join(partial)} {'is' if len(partial) == 1 else 'are'} still running)"
     return sentence + "."
+
+
+def lr_caveat(control: dict) -> str:
+    """Issue 52's correction in a few words: which lr the positive controls won at, and how much less at a lower one."""
+    import control_study
+
+    reading = control_study.same_lr_reading(control)
+    if not reading:
+        return ""
+    lower = [g for g in reading["gains"].values() if g["at_own_lr"] is not None]
+    if not lower:
+        return f" ({lr_text(reading['reference_lr'])})"
+    ratio = sum(g["at_own_lr"] / g["at_grpo_lr"] for g in lower) / len(lower)
+    size = "about half as much" if 0.35 <= ratio <= 0.65 else f"{ratio:.0%} as much"
+    lrs = " and ".join(lr_text(x) for x in sorted({g["own_lr"] for g in lower}))
+    return f" ({lr_text(reading['reference_lr'])}; {size} at {lrs})"
 
 
 def norm_clause(norm: dict | None) -> str:

@@ -327,6 +327,7 @@ def test_the_readme_sentence_follows_the_verdicts_and_says_partial():
     said = headline.readme_sentence(*required, **optional)
     rows = headline.coverage_comparisons(frontier, long, optional["fork"])
     assert f"in {sum(v == 'more' for _, v in rows)} of {len(rows)} pre-registered comparisons" in said
+    assert "kept more at GRPO's learning rate (2e-4; about half as much at 5e-5)" in said  # issue 52's correction
     flipped = copy.deepcopy(cpu)
     flipped["paired_differences"]["base - grpo"]["pass_at_k"][str(cpu["ks"][-1])] |= {"mean": -0.3, "ci95": 0.1}
     assert "did not lose coverage" in headline.readme_sentence(frontier, flipped, long, **optional)
