@@ -253,7 +253,11 @@ def norm_clause(norm: dict | None) -> str:
     if change:
         words = " and ".join({"reco-batch": "ReCo with batch-normalised weights",
                               "reco-positive-batch": "ReCo with positive-only batch-normalised weights"}[a] for a in change)
-        return f"; {words} kept more coverage than GRPO at both learning rates of the normalisation study"
+        lower = any(r["final_pass_at_1"]["ci_high"] < 0 for r in norm["family"]
+                    if r["arm"] in change and r["reference"] == "grpo")
+        return (f"; {words} kept more coverage than GRPO at both learning rates of the normalisation study"
+                + (", with a lower first-try success at its last checkpoint" if lower else "")
+                + ", and is now ReCo's default")
     return (f"; normalising ReCo's weights over the batch instead of within each group confirmed {confirmed} of "
             f"{len(norm['family'])} pre-registered contrasts, so ReCo's default stays per group")
 
@@ -364,7 +368,8 @@ def norm_study_lines(norm: dict | None, docs: str = "docs/") -> list[str]:
     if norm["partial"]:
         return [f"{head}: **PARTIAL**: the study is partial ({c['runs']} of {c['runs_planned']} runs in `{NORM}`), so no "
                 "finding is drawn from it yet."]
-    return [f"{head}: {norm_clause(norm).removeprefix('; ').capitalize()}."]
+    clause = norm_clause(norm).removeprefix("; ")
+    return [f"{head}: {clause[:1].upper()}{clause[1:]}."]
 
 
 def sources() -> tuple[list[dict], dict[str, dict | None]]:

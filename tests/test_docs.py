@@ -333,7 +333,7 @@ def test_the_readme_sentence_follows_the_verdicts_and_says_partial():
     assert "did not lose coverage" in headline.readme_sentence(frontier, flipped, long, **optional)
     none = optional | {"control": {"partial": False, "positive_controls": [], "family": [], "design": {"arms_run": []}}}
     assert "no method with published coverage gains kept more" in headline.readme_sentence(*required, **none)
-    family = [{"arm": a, "reference": r, "lr": lr, "confirmed": False}
+    family = [{"arm": a, "reference": r, "lr": lr, "confirmed": False, "final_pass_at_1": {"ci_high": 0.01}}
               for lr in (1e-4, 2e-4) for a, r in (("reco-batch", "grpo"), ("reco-positive-batch", "grpo"),
                                                   ("reco-batch", "reco"))]
     running = {"partial": True, "family": [], "default": {"confirmed_at_both_lrs": []},
@@ -348,6 +348,12 @@ def test_the_readme_sentence_follows_the_verdicts_and_says_partial():
     win = null | {"default": {"confirmed_at_both_lrs": ["reco-positive-batch"]}}
     won = headline.readme_sentence(*required, **optional | {"norm": win})
     assert "ReCo with positive-only batch-normalised weights kept more coverage than GRPO at both" in won
+    assert "now ReCo's default" in won and "lower first-try success" not in won
+    assert "**Does ReCo's normalisation explain its null?** ([docs/norm_study.md](norm_study.md)): ReCo with positive-only" in \
+        headline.render(*required, **optional | {"norm": win})
+    family[1]["final_pass_at_1"] = {"ci_high": -0.01}  # reco-positive-batch - grpo at 1e-4
+    assert "with a lower first-try success at its last checkpoint" in headline.readme_sentence(
+        *required, **optional | {"norm": win | {"family": family}})
     assert "PARTIAL" not in won  # every other committed study has finished
 
 
