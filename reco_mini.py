@@ -3,7 +3,7 @@
 GRPO with verl's defaults: G samples per prompt, group-relative advantages, a PPO-clipped token
 surrogate, several mini-batch updates per rollout, token-mean aggregation, no KL. ReCo changes two
 terms: each response's loss is multiplied by w_i, the inverse of its expected copies in its group,
-m_i = 1 + (G - 1) pi_old(y_i|x), normalised to mean 1 in the group; and the ratio r_t = pi_theta /
+m_i = 1 + (G - 1) pi_old(y_i|x), over its batch mean, where A_i > 0; and the ratio r_t = pi_theta /
 pi_old becomes rho_t = sg(min(V_theta(s_t) / mean V_old, c_max)), V(s) = 1 - sum_v pi(v|s)^2.
 F-GRPO (arXiv 2602.06717) scales a group's advantages by (1 - its success rate)^gamma. The
 departures from the papers' text, and the evidence behind each default: docs/design.md §5. Read in
@@ -44,8 +44,8 @@ class LossConfig:
     """The policy-loss settings, shared with reco_scaled (`algo`) and the TRL and verl plugins."""
 
     occurrence: str = opt("", "response weight m_i (default: the method's)")
-    occurrence_apply: str = opt("all", "weigh all responses, or those with A > 0")
-    occurrence_norm: str = opt("group", "w_i = (1/m_i) / its mean in")
+    occurrence_apply: str = opt("positive", "weigh all responses, or those with A > 0")
+    occurrence_norm: str = opt("batch", "w_i = (1/m_i) / its mean in")
     token_ratio: str = opt("", "token term (default: the method's)")
     focal_gamma: float | None = opt(None, "F-GRPO: A *= (1-success rate)^gamma (default: method's)")
     variance_cap: float = opt(10.0, "c_max, the cap on rho = V / mean V_old")

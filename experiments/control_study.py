@@ -191,8 +191,8 @@ def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, logged:
         trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], "base")}]
     else:
         method, extra = (arms or ARMS)[spec["arm"]]
-        cfg = lab.parse_config([*common, *extra, "--method", method, "--seed", str(spec["seed"]), "--lr", str(spec["lr"]),
-                                "--steps", str(plan["steps"]), "--out", str(path)])
+        cfg = lab.parse_config([*lab.STUDY_PINS, *common, *extra, "--method", method, "--seed", str(spec["seed"]),
+                                "--lr", str(spec["lr"]), "--steps", str(plan["steps"]), "--out", str(path)])
         torch.manual_seed(spec["seed"])
         model = copy.deepcopy(base).requires_grad_(True)
         where = spec["phase"] == "where"
@@ -457,8 +457,8 @@ def timing_run(plan: dict) -> dict:
     out, arms = Path(plan["out"]) / "timing", {}
     for a in [plan["arms"][0], *plan["arms"]]:  # the first arm twice: its first run pays the start-up
         method, extra = ARMS[a]
-        cfg = lab.parse_config([*plan["task_flags"], *plan["flags"], *extra, "--method", method, "--steps", "5",
-                                "--out", str(out)])
+        cfg = lab.parse_config([*lab.STUDY_PINS, *plan["task_flags"], *plan["flags"], *extra, "--method", method,
+                                "--steps", "5", "--out", str(out)])
         (out / a).mkdir(parents=True, exist_ok=True)
         model = copy.deepcopy(ctx["base"]).requires_grad_(True)
         start = time.time()

@@ -126,7 +126,8 @@ def extremes(logs: dict[int, list[dict]], grad_clip: float) -> dict[str, float |
 
 def run_config(variant: str, seed: int, flags: list[str], run_dir: Path) -> lab.Config:
     method, variant_flags = VARIANTS[variant]
-    return lab.parse_config([*flags, *variant_flags, "--seed", str(seed), "--methods", method or "", "--out", str(run_dir)])
+    return lab.parse_config([*lab.STUDY_PINS, *flags, *variant_flags, "--seed", str(seed), "--methods", method or "",
+                             "--out", str(run_dir)])
 
 
 def load_context(flags: list[str]) -> dict:

@@ -108,8 +108,8 @@ def run_one(spec: dict, plan: dict, ctx: dict) -> dict:
         trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], f"base seed{spec['seed']}")}]
     else:
         method, extra = METHODS[spec["method"]]
-        cfg = lab.parse_config([*plan["flags"], *extra, "--method", method, "--seed", str(spec["seed"]), "--lr",
-                                str(spec["lr"]), "--grad-clip", str(spec["clip"]),
+        cfg = lab.parse_config([*lab.STUDY_PINS, *plan["flags"], *extra, "--method", method, "--seed", str(spec["seed"]),
+                                "--lr", str(spec["lr"]), "--grad-clip", str(spec["clip"]),
                                 "--steps", str(spec.get("steps", plan["steps"])),
                                 "--eval-every", str(spec["eval_every"]), "--out", str(path)])
         torch.manual_seed(spec["seed"])

@@ -47,6 +47,10 @@ RESPONSE_WEIGHTS: dict[str, Callable] = {  # (rewards, summed old log-probs, len
 rm.TOKEN_RATIOS["simko"] = peers.simko_ratio  # GRPO's loss, smoothed at uncertain tokens; reads the logits
 
 PEERS = tuple(f.name for f in fields(peers.PeerSettings))
+# reco_mini's response-weight defaults before issue 52 made them batch / positive (docs/norm_study.md), with which every
+# committed study ran ReCo. Each study's runner puts these flags first, so its rows stay as committed (runs are keyed
+# by spec, not by flags) and an arm's own flags (norm_study's --occurrence-norm batch) still override them.
+STUDY_PINS = ("--occurrence-norm", "group", "--occurrence-apply", "all")
 GROUPS = cli.GROUPS | {"peers": PEERS}  # --help: reco_mini's groups, then the peers'
 
 

@@ -127,8 +127,9 @@ def run_one(spec: dict, plan: dict, ctx: dict, arms: dict | None = None, on_step
         trajectory = [{"step": 0, **rm.evaluate(cfg, base, tokenizer, splits[spec["split"]], "base")}]
     else:
         method, extra = (arms or ARMS)[spec["arm"]]
-        cfg = lab.parse_config([*common, *extra, "--method", method, "--seed", str(spec["seed"]), "--lr", str(spec["lr"]),
-                                "--steps", str(plan["steps"]), "--eval-every", str(plan["eval_every"]), "--out", str(path)])
+        cfg = lab.parse_config([*lab.STUDY_PINS, *common, *extra, "--method", method, "--seed", str(spec["seed"]),
+                                "--lr", str(spec["lr"]), "--steps", str(plan["steps"]), "--eval-every", str(plan["eval_every"]),
+                                "--out", str(path)])
         torch.manual_seed(spec["seed"])
         model = copy.deepcopy(base).requires_grad_(True)
         try:
@@ -559,8 +560,8 @@ def timing_run(plan: dict, steps: int = 5, arms: dict | None = None, on_step=lon
     for a in plan["arms"]:
         method, extra = (arms or ARMS)[a]
         (tmp / a).mkdir(parents=True, exist_ok=True)
-        cfg = lab.parse_config([*TASK_FLAGS, *plan["flags"], *extra, "--method", method, "--steps", str(steps), "--out",
-                                str(tmp / a)])
+        cfg = lab.parse_config([*lab.STUDY_PINS, *TASK_FLAGS, *plan["flags"], *extra, "--method", method, "--steps",
+                                str(steps), "--out", str(tmp / a)])
         model = copy.deepcopy(ctx["base"]).requires_grad_(True)
         start = time.time()
         lab.train_rl(cfg, method, model, ctx["base"], ctx["tokenizer"], ctx["splits"]["train"], tmp / a, on_step=on_step)

@@ -45,7 +45,7 @@ from protocol import EQUIVALENCE_MARGIN, compare, measured_curve, write_block  #
 ARMS = {  # arm -> (reco_mini method, extra flags): each a registered function and a flag value, never a copy
     "grpo": ("grpo", []),
     "f-grpo": ("f-grpo", []),  # gamma 1, as in the control study
-    "reco": ("reco", []),  # group normalisation, ReCo's default
+    "reco": ("reco", []),  # group normalisation, ReCo's default before issue 52 (cs.run_one pins lab.STUDY_PINS)
     "reco-batch": ("reco", ["--occurrence-norm", "batch"]),
     "reco-positive-batch": ("reco", ["--occurrence-norm", "batch", "--occurrence-apply", "positive"]),
     "reco-response-batch": ("reco-response", ["--occurrence-norm", "batch"]),  # the response term, GRPO's ratio

@@ -60,7 +60,7 @@ def test_start_up_lines_show_only_the_settings_that_differ():
     from reco.cli import describe_settings
     from reco_mini import parse_config
 
-    text = describe_settings(parse_config(["--quick", "--lr", "1e-3", "--occurrence-apply", "positive"]))
+    text = describe_settings(parse_config(["--quick", "--lr", "1e-3", "--occurrence-apply", "all"]))
     lines = text.splitlines()
     assert lines[0].startswith("reco_mini.py: grpo, reco on ") and "runs/quick/" in lines[0]
     assert any(line.split() == ["--lr", "0.001", "(default", "0.0002)"] for line in lines)

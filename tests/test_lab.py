@@ -37,8 +37,9 @@ RUNS = {f"method {m}": ["--method", m] for m in reco_mini.METHODS} | {
     **{f"occurrence {o}": ["--method", "reco", "--occurrence", o, "--max-new-tokens", "1", "--group-size", "8"]
        for o in ("count", "canonical")},
     **{f"token ratio {t}": ["--method", "reco", "--token-ratio", t] for t in ("is", "variance", "variance-old")},
-    "occurrence apply positive": ["--method", "reco", "--occurrence-apply", "positive"],
-    "occurrence norm batch": ["--method", "reco", "--occurrence-norm", "batch"],
+    "occurrence apply all": ["--method", "reco", "--occurrence-apply", "all"],  # the defaults are positive, batch
+    "occurrence norm group": ["--method", "reco", "--occurrence-norm", "group"],
+    "occurrence before issue 52": ["--method", "reco", "--occurrence-norm", "group", "--occurrence-apply", "all"],
     "occurrence norm none": ["--method", "reco", "--occurrence-norm", "none"],
     "variance norm none": ["--method", "reco", "--variance-norm", "none"],
     "variance cap": ["--method", "reco", "--variance-cap", "1.0005"],

@@ -1,7 +1,8 @@
 """reco_mini.train_rl with --micro-batch, --dtype and --gradient-checkpointing (issue 21).
 
 - At the defaults, train_rl is bit-identical to the train_rl of commit c15662b (tests/fixtures/train_rl_c15662b.py,
-  verbatim), run on the same rollouts: every log value and every final weight, over 8 steps, seed 0.
+  verbatim), run on the same rollouts: every log value and every final weight, over 8 steps, seed 0. ReCo runs with
+  c15662b's response weights (--occurrence-norm group --occurrence-apply all), the defaults before issue 52.
 - In float64, the gradient accumulated over micro-batches equals the one-forward mini-batch gradient, for both
   aggregations and every token ratio (the normaliser stays the mini-batch's).
 - The flags do what they say: bf16 autocast in the forwards, each decoder layer recomputed in the backward pass,
@@ -46,7 +47,8 @@ def _rows(path: Path) -> list[dict]:
             for line in (path / "log.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("argv", [["--method", "reco"], ["--method", "grpo", "--kl-coef", "0.05"]])
+@pytest.mark.parametrize("argv", [["--method", "reco", "--occurrence-norm", "group", "--occurrence-apply", "all"],
+                                  ["--method", "grpo", "--kl-coef", "0.05"]])
 def test_default_training_is_bit_identical_to_c15662b(tmp_path, monkeypatch, argv):
     # P x G = 128 rows: token_stats splits the old-statistics pass into slices, as in the studies (256 rows).
     # A random model seldom solves Countdown: a reward of the response's length keeps the advantages non-zero.

@@ -84,8 +84,9 @@ def test_update_shares_by_hand():
 def test_train_rl_logs_batch_normalised_weights_and_shares(tmp_path):
     from reco.tasks.countdown import char_tokenizer, make_splits, tiny_model
 
-    cfg = reco_mini.parse_config(["--method", "reco", "--occurrence-norm", "batch", "--n-train", "16", "--n-test", "2",
-                                  "--steps", "2", "--prompts-per-step", "4", "--group-size", "4", "--device", "cpu"])
+    cfg = reco_mini.parse_config(["--method", "reco", "--occurrence-norm", "batch", "--occurrence-apply", "all", "--n-train",
+                                  "16", "--n-test", "2", "--steps", "2", "--prompts-per-step", "4", "--group-size", "4",
+                                  "--device", "cpu"])
     tok = char_tokenizer()
     torch.manual_seed(0)
     model = tiny_model(tok, hidden=16, layers=1)
@@ -95,6 +96,63 @@ def test_train_rl_logs_batch_normalised_weights_and_shares(tmp_path):
         assert row["w_mean"] == pytest.approx(1.0, rel=1e-6) and row["w_min"] < row["w_max"]  # 1 over the batch
         shares = [row[f"update_share_{k}"] for k in ("hard", "mid", "easy")]
         assert shares == [None] * 3 or sum(shares) == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------- the defaults (issue 52)
+
+OLD_DEFAULTS = ["--occurrence-norm", "group", "--occurrence-apply", "all"]  # before the normalisation study
+
+
+def test_defaults_are_batch_normalised_positive_only_weights_everywhere():
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import lab
+
+    from reco_scaled.config import AlgoConfig
+
+    for cfg in (reco_mini.LossConfig(), reco_mini.parse_config([]), lab.parse_config([]), AlgoConfig()):
+        assert (cfg.occurrence_norm, cfg.occurrence_apply) == ("batch", "positive")
+    assert list(lab.STUDY_PINS) == OLD_DEFAULTS
+    old = reco_mini.parse_config(OLD_DEFAULTS)
+    assert (old.occurrence_norm, old.occurrence_apply) == ("group", "all")
+
+
+def test_weights_of_occurrence_none_are_one_under_the_old_and_new_defaults():
+    lp = -torch.rand(4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 3
+    A = torch.randn(4, 8, generator=torch.Generator().manual_seed(2))
+    new = occurrence_weights(lp, "none", advantages=A, apply="positive", norm="batch")
+    old = occurrence_weights(lp, "none", advantages=A, apply="all", norm="group")
+    assert torch.equal(new, old) and torch.equal(new, torch.ones_like(lp))
+
+
+@pytest.mark.parametrize("method", ["grpo", "f-grpo", "reco-token"])
+def test_methods_without_response_weights_train_bit_identically_under_the_old_and_new_defaults(tmp_path, monkeypatch,
+                                                                                                method):
+    """occurrence "none" (w_i = 1): the move to batch / positive changes no logged value (loss, weights, gradient
+    norm, ...) and no final weight of GRPO, F-GRPO or reco-token, bit for bit."""
+    from reco.tasks import TASKS
+    from reco.tasks.countdown import char_tokenizer, make_splits, tiny_model
+
+    monkeypatch.setattr(TASKS["countdown"], "reward", lambda problem, text: float(len(text) % 3 == 0))  # A != 0
+    argv = ["--method", method, "--n-train", "16", "--n-test", "2", "--steps", "3", "--prompts-per-step", "4",
+            "--group-size", "4", "--max-new-tokens", "12", "--device", "cpu"]
+    tok, runs = char_tokenizer(), {}
+    torch.manual_seed(0)
+    base = tiny_model(tok, hidden=16, layers=1)
+    for name, flags in (("new", []), ("old", OLD_DEFAULTS)):
+        cfg = reco_mini.parse_config([*argv, *flags])
+        model = tiny_model(tok, hidden=16, layers=1)
+        model.load_state_dict(base.state_dict())
+        (tmp_path / name).mkdir()
+        torch.manual_seed(cfg.seed)
+        reco_mini.train_rl(cfg, method, model, None, tok, make_splits(cfg)["train"], tmp_path / name)
+        rows = [{k: v for k, v in json.loads(line).items() if not k.startswith("time_")}
+                for line in (tmp_path / name / "log.jsonl").read_text().splitlines()]
+        runs[name] = rows, model.state_dict()
+    (new_rows, new_state), (old_rows, old_state) = runs["new"], runs["old"]
+    assert len(new_rows) == 3 and new_rows == old_rows
+    assert all(row["w_min"] == row["w_max"] == 1 for row in new_rows) and any(row["adv_abs_mean"] > 0 for row in new_rows)
+    assert all(torch.equal(new_state[k], old_state[k]) for k in new_state)
+    assert not all(torch.equal(new_state[k], base.state_dict()[k]) for k in new_state)  # it did train
 
 
 # ---------------------------------------------------------------------------- reco_scaled at world size 2

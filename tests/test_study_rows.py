@@ -3,8 +3,9 @@ trainer out of reco_mini (issue 54).
 
 experiments/lab.py's train_rl with the studies' hook (experiments/diagnostics.on_step) writes, bit for bit, the rows and
 the final weights of reco_mini's train_rl as of commit b577fbf (tests/fixtures/train_rl_b577fbf.py, verbatim), which
-computed the diagnostics in the loop: the long study's task and arms, a few steps. reco_mini.train_rl, which has no hook,
-writes the same run without them.
+computed the diagnostics in the loop: the long study's task and arms, a few steps, with the studies' pinned response
+weights (lab.STUDY_PINS, the defaults before issue 52). reco_mini.train_rl, which has no hook, writes the same run
+without them.
 """
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def test_study_rows_are_bit_identical_to_b577fbf(tmp_path, monkeypatch, argv):
     reward = lambda problem, text: float(len(text) % 3 == 0)  # noqa: E731
     monkeypatch.setattr(old, "reward", reward)
     monkeypatch.setattr(TASKS["countdown-long"], "reward", reward)
-    cfg = lab.parse_config(["--task", "countdown-long", "--n-train", "32", "--n-test", "4", "--steps", "3",
-                            "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24", *argv])
+    cfg = lab.parse_config([*lab.STUDY_PINS, "--task", "countdown-long", "--n-train", "32", "--n-test", "4", "--steps",
+                            "3", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24", *argv])
     tok = char_tokenizer(cfg.task)
     torch.manual_seed(0)
     base = tiny_model(tok, 32, 2, 128).requires_grad_(False)
@@ -100,8 +101,8 @@ def test_fork_study_rows_are_bit_identical_to_0b4b2eb(tmp_path, monkeypatch, met
         [("fork", "style", "determined")[t % 3] for t in range(int(n))] for n in mask.sum(-1).tolist()]
     monkeypatch.setattr(TASKS["countdown-long"], "token_labels", labels)
     try:
-        cfg = lab.parse_config(["--task", "countdown-long", "--n-train", "32", "--n-test", "4", "--steps", "3",
-                                "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24",
+        cfg = lab.parse_config([*lab.STUDY_PINS, "--task", "countdown-long", "--n-train", "32", "--n-test", "4",
+                                "--steps", "3", "--prompts-per-step", "4", "--group-size", "4", "--max-new-tokens", "24",
                                 "--method", method])
         tok = char_tokenizer(cfg.task)
         torch.manual_seed(0)
