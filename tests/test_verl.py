@@ -357,7 +357,8 @@ if verl is not None:
 
     @pytest.mark.parametrize("token_ratio", ["variance", "variance-old", "is"])
     def test_trainer_flags_fields_and_count_weights(base_config, data_plane, token_ratio):
-        cfg = config_with(base_config, reco__occurrence="count", reco__token_ratio=token_ratio)
+        cfg = config_with(base_config, reco__occurrence="count", reco__token_ratio=token_ratio,
+                          reco__occurrence_norm="group", reco__occurrence_apply="all")  # the closed forms below
         trainer, metrics, rows, *_ = run_trainer_steps(cfg, data_plane)
         wg = trainer.actor_rollout_wg
         assert type(trainer.replay_buffer) is ReplayBuffer  # the sync trainer's, not ReplayBufferAsync
@@ -530,7 +531,7 @@ if verl is not None:
             # group has its 8 tokens (p_i ~ 260^-8 on a random byte model), as the CI run of 2026-12-04 met; the
             # per-token geometric mean keeps the weights off 1, so the check below reads weights that act
             "algorithm.adv_estimator=grpo", "trainer.v1.trainer_mode=reco", "+reco.method=reco",
-            "+reco.occurrence=token-mean",
+            "+reco.occurrence=token-mean", "+reco.occurrence_norm=group", "+reco.occurrence_apply=all",  # every weight acts
             "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.total_training_steps=2",
             "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[console]",
             f"data.train_files={tmp_path / 'train.parquet'}", f"data.val_files={tmp_path / 'val.parquet'}",
