@@ -8,6 +8,8 @@
   prompt gate (PROMPT_GATES, --prompt-gate), a response weight (RESPONSE_WEIGHTS, --response-weight), and SimKO's
   token ratio (--token-ratio simko), which importing this module files in reco_mini.TOKEN_RATIOS. Config adds their
   settings (reco.peers.PeerSettings) to reco_mini's; parse_config lists them in --help's "peers" group.
+- The studies' own research arms (StudySettings, --help's "studies" group): WEIGHT_POOLS (--weight-pool), which pools
+  ReCo's response weights within a group (the replication study's reco-prompt, docs/replication_study.md).
 
 The math is reco_mini's, imported and never copied. train_rl's loop is the one thing written twice: with no hook and
 the peers at their defaults, tests/test_lab.py holds it to reco_mini.train_rl, bit for bit, at every method and setting
@@ -46,24 +48,46 @@ RESPONSE_WEIGHTS: dict[str, Callable] = {  # (rewards, summed old log-probs, len
 }
 rm.TOKEN_RATIOS["simko"] = peers.simko_ratio  # GRPO's loss, smoothed at uncertain tokens; reads the logits
 
+
+def pool_positive_mean(w: Tensor, A: Tensor) -> Tensor:
+    """w_i -> the mean of w_j over the A_j > 0 responses of y_i's group, where A_i > 0; w_i elsewhere. [P, G] -> [P, G].
+    The replication study's reco-prompt arm (docs/replication_study.md): ReCo's default weights made a prompt weight."""
+    positive = A > 0
+    mean = (w * positive).sum(1, keepdim=True) / positive.sum(1, keepdim=True).clamp(min=1)
+    return torch.where(positive, mean, w)
+
+
+WEIGHT_POOLS: dict[str, Callable] = {  # (w [P, G], A [P, G]) -> w [P, G]: a research arm's, not a peer's
+    "none": lambda w, A: w,
+    "prompt-mean": pool_positive_mean,
+}
+
+
+@dataclass
+class StudySettings:
+    """The studies' own research settings (not a peer's method): flags of this trainer, in --help's "studies" group."""
+    weight_pool: str = cli.opt("none", "pool ReCo's w_i within a group (prompt-mean: the mean over its A > 0)")
+
+
 PEERS = tuple(f.name for f in fields(peers.PeerSettings))
+STUDIES = tuple(f.name for f in fields(StudySettings))
 # reco_mini's response-weight defaults before issue 52 made them batch / positive (docs/norm_study.md), with which every
 # committed study ran ReCo. Each study's runner puts these flags first, so its rows stay as committed (runs are keyed
 # by spec, not by flags) and an arm's own flags (norm_study's --occurrence-norm batch) still override them.
 STUDY_PINS = ("--occurrence-norm", "group", "--occurrence-apply", "all")
-GROUPS = cli.GROUPS | {"peers": PEERS}  # --help: reco_mini's groups, then the peers'
+GROUPS = cli.GROUPS | {"peers": PEERS, "studies": STUDIES}  # --help: reco_mini's groups, the peers', the studies'
 
 
 def peer_checks(cfg) -> list[tuple[str, bool, str]]:
     """The peers' settings' checks: (field, ok, message)."""
     choices = peers.PEER_CHOICES | {"advantage": ADVANTAGES, "prompt_gate": PROMPT_GATES,
-                                    "response_weight": RESPONSE_WEIGHTS}
+                                    "response_weight": RESPONSE_WEIGHTS, "weight_pool": WEIGHT_POOLS}
     return ([rule.check(name, getattr(cfg, name)) for name, rule in peers.PEER_NUMBERS.items()]
             + [cli.choice(cfg, name, list(values)) for name, values in choices.items()])
 
 
 @dataclass
-class LossConfig(rm.LossConfig, peers.PeerSettings):
+class LossConfig(rm.LossConfig, peers.PeerSettings, StudySettings):
     """reco_mini's loss settings and the peers' (a method's: loss_config)."""
 
     def checks(self) -> list[tuple[str, bool, str]]:
@@ -71,13 +95,13 @@ class LossConfig(rm.LossConfig, peers.PeerSettings):
 
 
 def loss_config(cfg, method: str) -> LossConfig:
-    """reco_mini.loss_config of `method`, with cfg's peer settings."""
+    """reco_mini.loss_config of `method`, with cfg's peer and study settings."""
     own = rm.loss_config(cfg, method)
-    return LossConfig(**asdict(own), **{name: getattr(cfg, name) for name in PEERS})
+    return LossConfig(**asdict(own), **{name: getattr(cfg, name) for name in PEERS + STUDIES})
 
 
 @dataclass
-class Config(rm.Config, peers.PeerSettings):
+class Config(rm.Config, peers.PeerSettings, StudySettings):
     """reco_mini's Config and the peers' settings."""
 
     def __post_init__(self):  # reco_mini's checks (with the peers': checks) and the task's defaults, then these
@@ -96,7 +120,7 @@ class Config(rm.Config, peers.PeerSettings):
 def parse_config(argv: list[str] | None = None) -> Config:
     """reco_mini's flags and the peers' (--help: their group "peers"); a bad one is a one-line error."""
     choices = {"advantage": list(ADVANTAGES), "prompt_gate": list(PROMPT_GATES),
-               "response_weight": list(RESPONSE_WEIGHTS)} | peers.PEER_CHOICES
+               "response_weight": list(RESPONSE_WEIGHTS), "weight_pool": list(WEIGHT_POOLS)} | peers.PEER_CHOICES
     return cli.parse_config(Config, argv, __doc__.split("\n")[0], groups=GROUPS, choices=choices,
                             prog="experiments/lab.py")
 
@@ -167,6 +191,7 @@ def train_rl(cfg, method, model, base, tokenizer, problems, run_dir, evals=None,
         how = dict(apply=loss_cfg.occurrence_apply, norm=loss_cfg.occurrence_norm)
         w = rm.occurrence_weights(seq_logp, loss_cfg.occurrence, **given, **how)
         w = w * RESPONSE_WEIGHTS[loss_cfg.response_weight](rewards, seq_logp, lengths, loss_cfg)  # lab
+        w = WEIGHT_POOLS[loss_cfg.weight_pool](w, A.view(P, G))  # lab: a study's pooling ("none": w)
         w = w.flatten()  # [P*G]
         # lab: the study's hook gets the step; it returns fields to log and, under "batch", loss inputs
         hooked = on_step(Step(problems=step_problems, group_size=G, texts=r["texts"], resp=r["resp"], mask=mask,
