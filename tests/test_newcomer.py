@@ -80,7 +80,8 @@ def test_fixed_choices_come_from_the_registries_so_a_new_variant_is_listed(capsy
 
 
 def test_reco_mini_help_lists_no_peer_and_lab_help_lists_them_last(capsys, monkeypatch):
-    """Issue 54: the peers' flags are experiments/lab.py's, in a "peers" group after reco_mini's groups."""
+    """Issue 54: the peers' flags are experiments/lab.py's, in a "peers" group after reco_mini's groups; only the
+    studies' own settings (lab.STUDIES, issue 59's --weight-pool) come after them."""
     sys.path.insert(0, str(ROOT / "experiments"))
     import lab
 
@@ -91,7 +92,10 @@ def test_reco_mini_help_lists_no_peer_and_lab_help_lists_them_last(capsys, monke
     text = help_text(lab.parse_config, capsys, monkeypatch)
     found = entries(text)
     assert text.splitlines()[0] == "usage: experiments/lab.py [flags]" and "\npeers:\n" in text
-    assert list(found)[-len(peers):] == peers and len(found) == len(fields(lab.Config)) + 1  # and --method
+    studies = ["--" + name.replace("_", "-") for name in lab.STUDIES]
+    assert "\nstudies:\n" in text and text.index("\npeers:\n") < text.index("\nstudies:\n")
+    assert list(found)[-len(peers) - len(studies):] == peers + studies
+    assert len(found) == len(fields(lab.Config)) + 1  # and --method
     for flag, registry in (("--advantage", lab.ADVANTAGES), ("--prompt-gate", lab.PROMPT_GATES),
                            ("--response-weight", lab.RESPONSE_WEIGHTS), ("--token-ratio", reco_mini.TOKEN_RATIOS)):
         assert " | ".join(registry) in found[flag], (flag, found[flag])

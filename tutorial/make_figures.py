@@ -52,7 +52,7 @@ def all_groups(num_responses: int, G: int) -> torch.Tensor:
 
 
 def expected_weights(pi: list[float], correct: list[float], G: int, occurrence: str,
-                     apply: str = "all") -> tuple[list[float], list[float]]:
+                     apply: str = "all", norm: str = "group") -> tuple[list[float], list[float]]:
     """Exact expectations over every group of G samples from the categorical policy pi.
 
     Returns, for each distinct response y,
@@ -60,13 +60,13 @@ def expected_weights(pi: list[float], correct: list[float], G: int, occurrence: 
       push[y]   = E[ sum_i w_i A_i 1[y_i = y] ]      the coefficient of grad log pi(y) in the
                                                      expected (on-policy, token-mean) GRPO gradient
     with A from group_advantages and w from occurrence_weights (mode "none" is GRPO: w = 1;
-    apply="positive" reweights only the responses with A > 0).
+    apply="positive" reweights only the responses with A > 0; by default the form before issue 52, group/all).
     """
     p = torch.tensor(pi, dtype=torch.float64)
     groups = all_groups(len(pi), G)  # [N, G]
     prob = p[groups].prod(1)  # [N]: the probability of drawing exactly this group
     A = group_advantages(torch.tensor(correct, dtype=torch.float64)[groups])  # [N, G]
-    w = occurrence_weights(p.log()[groups], occurrence, advantages=A, apply=apply)  # [N, G]; log p_i = log pi(y_i)
+    w = occurrence_weights(p.log()[groups], occurrence, advantages=A, apply=apply, norm=norm)  # [N, G]; log p_i = log pi(y_i)
     def per_response(x: torch.Tensor) -> list[float]:  # sum of prob * x over every (group, slot) holding y
         return torch.zeros(len(pi), dtype=torch.float64).index_add_(0, groups.flatten(), (prob[:, None] * x).flatten()).tolist()
 
