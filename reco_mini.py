@@ -143,23 +143,22 @@ def copies_none(lp: Tensor, lengths, responses, keys) -> Tensor:  # m_i = 1: GRP
 
 def occurrence_weights(
     seq_logp,
-    mode="sequence",
+    mode,
     responses=None,
     lengths=None,
     advantages=None,
-    apply="all",
+    apply=LossConfig.occurrence_apply,
     keys=None,
-    norm="group",
+    norm=LossConfig.occurrence_norm,
     batch_mean=None,
 ) -> Tensor:
     """ReCo's response weights, no gradient: w_i = (1/m_i) / Z, m_i = OCCURRENCES[mode] of seq_logp
-    [P, G] = sum_t log pi_old(y_it) and, where the mode reads them, responses (P*G token ids),
-    lengths or keys. Z by norm (docs/design.md §3.2): "group", the mean of 1/m_j over y_i's group
-    (so each keeps GRPO's total weight G); "batch", over the rollout batch (batch_mean: that mean,
-    given a part of it); "none", 1. apply="positive": w_i = 1 where A <= 0."""
-    given = dict(mode=mode, responses=responses, lengths=lengths, advantages=advantages, keys=keys)
-    flat, lengths = cli.occurrence_inputs(seq_logp, list(OCCURRENCES), apply, norm, **given)
-    inv_m = 1.0 / OCCURRENCES[mode](seq_logp.detach().double(), lengths, flat, keys)  # [P, G]
+    [P, G] = sum_t log pi_old(y_it) and, where the mode reads them, responses, lengths or keys. Z by
+    norm (docs/design.md §3.2): "group", the mean of 1/m_j over y_i's group (each keeps GRPO's total
+    weight G); "batch", over the rollout batch (batch_mean: that mean, given a part of it); "none",
+    1. apply="positive": w_i = 1 where A <= 0. The defaults are LossConfig's."""
+    cli.check_occurrence(seq_logp, list(OCCURRENCES), mode, apply, norm, advantages)
+    inv_m = 1.0 / OCCURRENCES[mode](seq_logp.detach().double(), lengths, responses, keys)  # [P, G]
     if norm == "group":
         w = inv_m / inv_m.mean(dim=1, keepdim=True)
     elif norm == "batch":

@@ -66,7 +66,7 @@ def step_diagnostics(old_logp: torch.Tensor, mask: torch.Tensor, responses: list
     seq_logp, lengths = (old_logp * mask).sum(-1).view(P, G), mask.sum(-1).view(P, G)
     out: dict[str, float | None] = {}
     for mode in rm.OCCURRENCES:
-        w = rm.occurrence_weights(seq_logp, mode, responses, lengths, advantages, "all", keys)
+        w = rm.occurrence_weights(seq_logp, mode, responses, lengths, advantages, "all", keys, norm="group")
         out[f"w_dev_{mode.replace('-', '_')}"] = (w.double() - 1).abs().max().item()
     out["dup_exact"] = duplicate_rate([[tuple(r) for r in responses[p * G: (p + 1) * G]] for p in range(P)])
     out["dup_canonical"] = duplicate_rate([keys[p * G: (p + 1) * G] for p in range(P)])

@@ -4,7 +4,7 @@ RunSettings (the plumbing's flags), a flag and its help for every config field, 
 values; the allowed values of every setting (LOSS_NUMBERS, RUN_NUMBERS, CHOICES), checked before any work (ConfigError
 names the flag); one-line errors with exit code 2 (fail, run_entry_point); the parser every command shares
 (ArgumentParser); --quick's budget (QUICK); the run directory's reuse (refuse_reuse); the registry decorator
-(register); the checks of occurrence_weights' arguments (occurrence_inputs) and --ks's default (default_ks).
+(register); the checks of occurrence_weights' settings (check_occurrence) and --ks's default (default_ks).
 Nothing here imports reco_mini: it is handed what it needs.
 """
 from __future__ import annotations
@@ -458,45 +458,46 @@ def refuse_reuse(cfg) -> None:
 
 # --occurrence's rarely used values (docs/design.md §3.2), each m_i with reco_mini.OCCURRENCES' signature: reco_mini
 # files them there, in the order of the flag's help. They stay out of reco_mini.py to keep it within its 500 lines.
-def copies_token_mean(lp: Tensor, lengths: Tensor, responses, keys) -> Tensor:
-    """m_i with p_i = exp(mean_t log pi_old(y_it)), the geometric-mean token probability."""
-    return 1.0 + (lp.shape[1] - 1) * (lp / lengths.clamp(min=1)).exp()
+def copies_token_mean(lp: Tensor, lengths: Tensor | None, responses, keys) -> Tensor:
+    """m_i with p_i = exp(mean_t log pi_old(y_it)), the geometric-mean token probability; lengths [P, G] (from the
+    responses where not given)."""
+    P, G = lp.shape
+    if lengths is None:
+        lengths = torch.tensor([[len(y) for y in row] for row in group_rows(responses, P, G, "token-mean")],
+                               device=lp.device)
+    return 1.0 + (G - 1) * (lp / lengths.double().clamp(min=1)).exp()
 
 
-def copies_count(lp: Tensor, lengths, responses: list, keys=None) -> Tensor:
+def copies_count(lp: Tensor, lengths, responses: list | None, keys=None, mode: str = "count") -> Tensor:
     """m_i = c_i, the copies of y_i in its group: identical token ids (the sequences of p_i)."""
-    G = lp.shape[1]
-    rows = [responses[i: i + G] for i in range(0, len(responses), G)]
+    rows = group_rows(responses, *lp.shape, mode)
     counts = [[row.count(y) for y in row] for row in rows]
     return torch.tensor(counts, dtype=torch.float64, device=lp.device)
 
 
-def copies_canonical(lp: Tensor, lengths, responses, keys: list) -> Tensor:
+def copies_canonical(lp: Tensor, lengths, responses, keys: list | None) -> Tensor:
     """m_i = the responses of y_i's group with its canonical key (the task's canonical_keys)."""
-    return copies_count(lp, lengths, keys)
+    return copies_count(lp, lengths, None if keys is None else [(k,) for k in keys], mode="canonical")
 
 
-def occurrence_inputs(seq_logprobs: Tensor, modes: list[str], apply: str, norm: str, *, mode: str,
-                      responses: list | None, lengths: Tensor | None, advantages: Tensor | None, keys: list | None):
-    """reco_mini.occurrence_weights' arguments, checked (ValueError naming the one that is wrong or missing):
-    the responses as P*G tuples (given as P*G lists, problem-major, or as P lists of G) or None, and the lengths
-    [P, G] in float64 (from the responses when not given) or None."""
-    P, G = seq_logprobs.shape
+def check_occurrence(seq_logprobs: Tensor, modes: list[str], mode: str, apply: str, norm: str,
+                     advantages: Tensor | None) -> None:
+    """reco_mini.occurrence_weights' settings: ValueError naming the one that is wrong or missing."""
     if mode not in modes or apply not in CHOICES["occurrence_apply"] or norm not in CHOICES["occurrence_norm"]:
         raise ValueError(f"unknown occurrence mode {mode!r}, apply {apply!r} or norm {norm!r}")
     if apply == "positive" and advantages is None:
         raise ValueError("apply='positive' needs advantages")
-    flat = None
-    if responses is not None:
-        groups = responses if len(responses) == P != P * G else [responses]  # P lists of G, or one list
-        flat = [tuple(r) for group in groups for r in group]
-        if len(flat) != P * G:
-            raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
-        if lengths is None:
-            lengths = torch.tensor([len(r) for r in flat], device=seq_logprobs.device).view(P, G)
-    if {"count": flat, "token-mean": lengths, "canonical": keys}.get(mode, 0) is None:
+
+
+def group_rows(responses: list | None, P: int, G: int, mode: str) -> list[list[tuple]]:
+    """The responses (P*G, problem-major, or P lists of G) as P rows of G tuples; ValueError if missing or wrong."""
+    if responses is None:
         raise ValueError(f"occurrence mode {mode!r} needs responses (or lengths for token-mean, keys for canonical)")
-    return flat, None if lengths is None else lengths.double()
+    groups = responses if len(responses) == P != P * G else [responses]  # P lists of G, or one list
+    flat = [tuple(r) for group in groups for r in group]
+    if len(flat) != P * G:
+        raise ValueError(f"responses has {len(flat)} entries, expected P*G = {P * G}")
+    return [flat[i: i + G] for i in range(0, P * G, G)]
 
 
 def default_ks(n: int) -> list[int]:

@@ -279,7 +279,7 @@ def response_weights(loss_cfg, seq_logp: Tensor, responses: list, lengths: Tenso
     its mean over every rank's rollouts (all-reduced, like V_old's), so the weights do not depend on the world size."""
     batch_mean = None
     if loss_cfg.occurrence_norm == "batch":
-        inv_m = occurrence_weights(seq_logp, loss_cfg.occurrence, responses, lengths, norm="none").double()
+        inv_m = occurrence_weights(seq_logp, loss_cfg.occurrence, responses, lengths, apply="all", norm="none").double()
         batch_mean = distributed.all_sum(inv_m.sum()) / distributed.all_sum(inv_m.new_tensor(float(inv_m.numel())))
     return occurrence_weights(seq_logp, loss_cfg.occurrence, responses, lengths, advantages, loss_cfg.occurrence_apply,
                               norm=loss_cfg.occurrence_norm, batch_mean=batch_mean)

@@ -29,10 +29,10 @@ def assert_meta(x):
 @pytest.mark.parametrize("mode", sorted(OCCURRENCES))
 def test_occurrence_weights_stay_on_the_input_device(mode, apply):
     kw = ({"advantages": meta(P, G)} if apply == "positive" else {}) | {"keys": KEYS}
-    w = occurrence_weights(meta(P, G), mode, RESPONSES, None, apply=apply, **kw)  # lengths built from responses
+    w = occurrence_weights(meta(P, G), mode, RESPONSES, None, apply=apply, norm="group", **kw)  # lengths built from responses
     assert_meta(w)
     assert w.shape == (P, G)
-    w = occurrence_weights(meta(P, G), mode, RESPONSES, meta(P, G), apply=apply, **kw)  # lengths given
+    w = occurrence_weights(meta(P, G), mode, RESPONSES, meta(P, G), apply=apply, norm="batch", **kw)  # lengths given
     assert_meta(w)
 
 

@@ -107,11 +107,11 @@ def test_canonical_keys_on_a_table():
 def test_canonical_mode_on_a_table():
     lp = torch.zeros(2, 4, dtype=torch.float64)
     keys = ["a", "a", "b", "c", "x", "x", "x", "x"]
-    w = rm.occurrence_weights(lp, "canonical", keys=keys)
+    w = rm.occurrence_weights(lp, "canonical", keys=keys, apply="all", norm="group")
     # m = [2, 2, 1, 1]: 1/m = [1/2, 1/2, 1, 1], mean 3/4 -> w = [2/3, 2/3, 4/3, 4/3]; all equal keys: w = 1
     assert torch.allclose(w, torch.tensor([[2 / 3, 2 / 3, 4 / 3, 4 / 3], [1, 1, 1, 1]], dtype=torch.float64))
     with pytest.raises(ValueError, match="keys for canonical"):
-        rm.occurrence_weights(lp, "canonical")
+        rm.occurrence_weights(lp, "canonical", apply="all")
 
 
 def test_every_old_mode_unchanged():
@@ -128,9 +128,9 @@ def test_every_old_mode_unchanged():
         for apply in ("all", "positive"):
             want = (1 / m) / (1 / m).mean(dim=1, keepdim=True)
             want = torch.where(adv > 0, want, torch.ones_like(want)) if apply == "positive" else want
-            got = rm.occurrence_weights(lp, mode, responses, lengths, adv, apply)
+            got = rm.occurrence_weights(lp, mode, responses, lengths, adv, apply, norm="group")
             assert torch.equal(got, want), (mode, apply)
-            assert torch.equal(rm.occurrence_weights(lp, mode, responses, lengths, adv, apply, keys=list("abcdefghijkl")), got)
+            assert torch.equal(rm.occurrence_weights(lp, mode, responses, lengths, adv, apply, keys=list("abcdefghijkl"), norm="group"), got)
 
 
 def test_step_diagnostics_by_hand():

@@ -10,6 +10,8 @@ import torch
 
 from reco_mini import LossConfig, group_advantages, occurrence_weights, pass_at_k, policy_loss, variance_stat
 
+GROUP_ALL = dict(apply="all", norm="group")  # the paper's per-group weights on every response (the default until issue 52)
+
 
 def loss_of(logp, old_logp, advantages, mask, *, v=None, num_tokens=None, num_seqs=None, weights=None, v_old=None,
             v_old_mean=None, ref_logp=None, **settings):
@@ -85,7 +87,7 @@ def test_occurrence_weights_expectation_enumeration_vs_monte_carlo():
     gen = torch.Generator().manual_seed(0)
     samples = torch.multinomial(torch.tensor(pi), 200_000 * G, replacement=True, generator=gen).view(-1, G)
     seq_logprobs = torch.tensor(pi, dtype=torch.float64).log()[samples]  # [P, G]
-    w = occurrence_weights(seq_logprobs)
+    w = occurrence_weights(seq_logprobs, "sequence", **GROUP_ALL)
     mc = [float((w * (samples == y)).sum(1).mean()) for y in range(4)]
     for e, m in zip(exact, mc):
         assert m == pytest.approx(e, rel=0.01)
@@ -98,36 +100,36 @@ def test_certain_response_has_total_raw_weight_one():
     G = 8
     raw = 1.0 / (1.0 + (G - 1) * 1.0)
     assert G * raw == 1.0
-    w = occurrence_weights(torch.zeros(1, G, dtype=torch.float64))  # log p = 0: p = 1 for every copy
+    w = occurrence_weights(torch.zeros(1, G, dtype=torch.float64), "sequence", **GROUP_ALL)  # log p = 0: p = 1 for every copy
     assert torch.allclose(w, torch.ones(1, G, dtype=torch.float64))  # normalised, all equal
 
 
 def test_occurrence_weights_modes():
     P, G = 2, 4
     lp = torch.tensor([[-0.1, -2.0, -5.0, -0.1], [-3.0, -3.0, -9.0, -1.0]], dtype=torch.float64)
-    for p_row, w_row in zip(lp.exp().tolist(), occurrence_weights(lp).tolist()):
+    for p_row, w_row in zip(lp.exp().tolist(), occurrence_weights(lp, "sequence", **GROUP_ALL).tolist()):
         assert w_row == pytest.approx(_weights_reference(p_row, G), abs=1e-12)
-    assert torch.equal(occurrence_weights(lp, "none"), torch.ones(P, G, dtype=torch.float64))
+    assert torch.equal(occurrence_weights(lp, "none", **GROUP_ALL), torch.ones(P, G, dtype=torch.float64))
     lengths = torch.tensor([[1, 4, 5, 2], [3, 3, 3, 1]], dtype=torch.float64)
-    tm = occurrence_weights(lp, "token-mean", lengths=lengths)
+    tm = occurrence_weights(lp, "token-mean", lengths=lengths, **GROUP_ALL)
     for p_row, n_row, w_row in zip(lp.tolist(), lengths.tolist(), tm.tolist()):
         assert w_row == pytest.approx(_weights_reference([math.exp(a / n) for a, n in zip(p_row, n_row)], G), abs=1e-12)
     responses = [[1, 2], [1, 2], [3], [1, 2], [5], [5], [6], [7]]  # flat, row-major
-    count = occurrence_weights(lp, "count", responses=responses)
+    count = occurrence_weights(lp, "count", responses=responses, **GROUP_ALL)
     raw = [[1 / 3, 1 / 3, 1, 1 / 3], [1 / 2, 1 / 2, 1, 1]]
     for r, w_row in zip(raw, count.tolist()):
         assert w_row == pytest.approx([G * x / sum(r) for x in r], abs=1e-12)
-    nested = occurrence_weights(lp, "count", responses=[responses[:4], responses[4:]])
+    nested = occurrence_weights(lp, "count", responses=[responses[:4], responses[4:]], **GROUP_ALL)
     assert torch.equal(nested, count)
-    for w in (occurrence_weights(lp), tm, count):
+    for w in (occurrence_weights(lp, "sequence", **GROUP_ALL), tm, count):
         assert torch.allclose(w.mean(1), torch.ones(P, dtype=torch.float64))
 
 
 def test_occurrence_weights_positive_only():
     lp = torch.tensor([[-0.1, -0.1, -3.0, -3.0]], dtype=torch.float64)
     A = torch.tensor([[1.0, -1.0, 1.0, -1.0]])
-    w_all = occurrence_weights(lp)
-    w_pos = occurrence_weights(lp, advantages=A, apply="positive")
+    w_all = occurrence_weights(lp, "sequence", **GROUP_ALL)
+    w_pos = occurrence_weights(lp, "sequence", advantages=A, apply="positive", norm="group")
     assert w_pos[0, 1] == 1.0 and w_pos[0, 3] == 1.0
     assert w_pos[0, 0] == w_all[0, 0] and w_pos[0, 2] == w_all[0, 2]
 
@@ -257,7 +259,7 @@ def test_reco_with_every_term_off_is_grpo_bit_for_bit():
     A = torch.randn(B)
     mask = (torch.rand(B, T) > 0.2).float()
     results = []
-    for weights in (None, occurrence_weights(torch.randn(B // 2, 2), "none").flatten()):
+    for weights in (None, occurrence_weights(torch.randn(B // 2, 2), "none", **GROUP_ALL).flatten()):
         zz = z.clone().requires_grad_(True)
         logp = torch.log_softmax(zz, -1).gather(-1, y[..., None]).squeeze(-1)
         loss, _ = loss_of(logp, old, A, mask, token_ratio="is", weights=weights)
@@ -335,13 +337,13 @@ def test_dual_clip_caps_variance_ratio_loss_and_zeroes_its_gradient():
 def test_occurrence_weights_clear_errors():
     lp = torch.zeros(1, 4)
     with pytest.raises(ValueError, match="needs responses"):
-        occurrence_weights(lp, "count")
+        occurrence_weights(lp, "count", **GROUP_ALL)
     with pytest.raises(ValueError, match="needs responses"):
-        occurrence_weights(lp, "token-mean")
+        occurrence_weights(lp, "token-mean", **GROUP_ALL)
     with pytest.raises(ValueError, match="needs advantages"):
-        occurrence_weights(lp, apply="positive")
+        occurrence_weights(lp, "sequence", apply="positive")
     with pytest.raises(ValueError, match="expected P\\*G"):
-        occurrence_weights(lp, "count", responses=[[1], [2]])
+        occurrence_weights(lp, "count", responses=[[1], [2]], **GROUP_ALL)
 
 
 # ----------------------------------------------------------------------------- F-GRPO, the registry
@@ -387,6 +389,17 @@ def test_a_new_variant_is_one_registered_function():
 def test_count_means_identical_token_ids():
     lp = torch.zeros(1, 4, dtype=torch.float64)
     # responses 0 and 1 decode to the same text in many tokenizers but are different token-id sequences
-    w = occurrence_weights(lp, "count", responses=[[5, 6], [11], [5, 6], [7]])
+    w = occurrence_weights(lp, "count", responses=[[5, 6], [11], [5, 6], [7]], **GROUP_ALL)
     inv = [1 / 2, 1, 1 / 2, 1]
     assert w[0].tolist() == pytest.approx([4 * x / sum(inv) for x in inv])
+
+
+def test_occurrence_weights_defaults_are_loss_configs():
+    """One set of defaults: a call that names neither apply nor norm weighs as LossConfig's defaults do."""
+    lp = torch.log(torch.tensor([[0.5, 0.5, 0.1, 0.01], [0.2, 0.2, 0.2, 0.3]], dtype=torch.float64))
+    A = torch.tensor([[1.0, -1.0, 1.0, -1.0], [1.0, 1.0, -1.0, -1.0]], dtype=torch.float64)
+    cfg = LossConfig()
+    named = occurrence_weights(lp, "sequence", advantages=A, apply=cfg.occurrence_apply, norm=cfg.occurrence_norm)
+    assert torch.equal(occurrence_weights(lp, "sequence", advantages=A), named)
+    inv_m = 1 / (1 + 3 * lp.exp())
+    assert torch.allclose(named, torch.where(A > 0, inv_m / inv_m.mean(), torch.ones_like(inv_m)), rtol=0, atol=1e-15)

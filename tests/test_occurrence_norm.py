@@ -26,27 +26,27 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_none_gives_a_group_of_copies_total_weight_g_over_one_plus_g_minus_one_p():
     for G, p in ((8, 0.5), (4, 0.9), (16, 0.01)):
         lp = torch.full((1, G), p, dtype=torch.float64).log()
-        w = occurrence_weights(lp, norm="none")
+        w = occurrence_weights(lp, "sequence", apply="all", norm="none")
         assert w.sum().item() == pytest.approx(G / (1 + (G - 1) * p), rel=1e-12)
-        assert occurrence_weights(lp, norm="group").sum().item() == pytest.approx(G, rel=1e-12)  # GRPO's total
+        assert occurrence_weights(lp, "sequence", apply="all", norm="group").sum().item() == pytest.approx(G, rel=1e-12)  # GRPO's total
 
 
 def test_batch_mean_is_one_and_a_concentrated_group_gives_up_weight():
     G, p_likely, p_rare = 8, 0.5, 1e-3
     lp = torch.tensor([[p_likely] * G, [p_rare] * G], dtype=torch.float64).log()  # a concentrated group, a spread one
     inv = [1 / (1 + (G - 1) * p) for p in (p_likely, p_rare)]
-    w = occurrence_weights(lp, norm="batch")
+    w = occurrence_weights(lp, "sequence", apply="all", norm="batch")
     assert w.mean().item() == pytest.approx(1.0, rel=1e-12)
     share = w[0].sum().item() / w.sum().item()
     assert share == pytest.approx(inv[0] / (inv[0] + inv[1]), rel=1e-12) and share < 0.25
-    assert occurrence_weights(lp, norm="group")[0].sum().item() == pytest.approx(G)  # group: half the batch's weight
+    assert occurrence_weights(lp, "sequence", apply="all", norm="group")[0].sum().item() == pytest.approx(G)  # group: half the batch's weight
 
 
 def test_batch_mean_of_a_part_equals_the_whole_batch():
     lp = -torch.rand(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 5
-    whole = occurrence_weights(lp, norm="batch")
+    whole = occurrence_weights(lp, "sequence", apply="all", norm="batch")
     mean = (1 / (1 + 3 * lp.exp())).mean()
-    assert torch.allclose(occurrence_weights(lp[:2], norm="batch", batch_mean=mean), whole[:2], rtol=0, atol=1e-15)
+    assert torch.allclose(occurrence_weights(lp[:2], "sequence", apply="all", norm="batch", batch_mean=mean), whole[:2], rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("norm", ["group", "batch", "none"])
@@ -56,12 +56,12 @@ def test_positive_only_composes_with_every_norm(norm):
     inv = 1 / (1 + 3 * lp.exp())
     Z = {"group": inv.mean(1, keepdim=True), "batch": inv.mean(), "none": torch.tensor(1.0, dtype=torch.float64)}[norm]
     expected = torch.where(A > 0, inv / Z, torch.ones_like(inv))
-    assert torch.allclose(occurrence_weights(lp, advantages=A, apply="positive", norm=norm), expected, atol=1e-15)
+    assert torch.allclose(occurrence_weights(lp, "sequence", advantages=A, apply="positive", norm=norm), expected, atol=1e-15)
 
 
 def test_unknown_norm_is_an_error_naming_the_flag():
     with pytest.raises(ValueError, match="norm 'mean'"):
-        occurrence_weights(torch.zeros(1, 4), norm="mean")
+        occurrence_weights(torch.zeros(1, 4), "sequence", apply="all", norm="mean")
     with pytest.raises(ConfigError, match="--occurrence-norm must be one of"):
         reco_mini.LossConfig(occurrence_norm="mean")
     assert reco_mini.parse_config(["--method", "reco", "--occurrence-norm", "batch"]).occurrence_norm == "batch"
@@ -197,7 +197,7 @@ def test_batch_norm_at_world_size_two_equals_world_size_one(tmp_path):
     cfg, seq_logp, responses, lengths, rewards, A = scaled_case()
     one = response_weights(cfg, seq_logp, responses, lengths, A)  # a single process: the whole batch
     torch.testing.assert_close(got["w"], one, rtol=0, atol=1e-12)
-    assert not torch.allclose(one, occurrence_weights(seq_logp, "count", responses, lengths, A, "positive"))  # != group
+    assert not torch.allclose(one, occurrence_weights(seq_logp, "count", responses, lengths, A, "positive", norm="group"))  # != group
     assert got["shares"] == pytest.approx(update_shares(update_sizes(rewards, A.flatten(), one.flatten())))
 
 
