@@ -83,6 +83,14 @@ def holm(p_values: list[float | None]) -> list[float | None]:
     return adjusted
 
 
+def leave_one_out_holm(family: list[dict]) -> dict:
+    """A family's Holm-adjusted one-sided p-values recomputed with each seed left out, from each contrast's per-seed
+    gaps (`per_seed`: seed -> gap or None): left-out seed -> one Holm p per contrast, in the family's order."""
+    seeds = sorted({seed for row in family for seed in row["per_seed"]})
+    return {left: holm([paired_test([v for seed, v in row["per_seed"].items() if seed != left and v is not None])
+                        ["p_greater"] for row in family]) for left in seeds}
+
+
 def divergence(log: list[dict], stopped: str | None, kl_limit: float | None = None) -> dict:
     """Flags for one RL run: non-finite logged values, reco_mini's non-finite stop, a reward collapse (the last
     COLLAPSE_WINDOW-step mean reward below half the best such mean) and, with kl_limit, a last-window mean KL to the

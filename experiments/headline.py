@@ -28,7 +28,7 @@ BEGIN, END = "<!-- headline:begin -->", "<!-- headline:end -->"  # the README's 
 FINDINGS_BEGIN, FINDINGS_END = "<!-- findings:begin -->", "<!-- findings:end -->"  # docs/results.md's summary
 FRONTIER, CPU, LONG = "results/frontier_study.json", "results/cpu_study.json", "results/long_study.json"
 FORK, CONTROL, CODE = "results/fork_study.json", "results/control_study.json", "results/control_study_code.json"
-NORM = "results/norm_study.json"
+NORM, REPLICATION = "results/norm_study.json", "results/replication_study.json"
 SOURCES = (FRONTIER, CPU, LONG)  # FORK, CONTROL, CODE and NORM join them once their studies have written a summary
 
 
@@ -170,9 +170,9 @@ def running(long: dict, fork: dict | None, control: dict | None, code: dict | No
 
 def readme_sentences(frontier: dict, cpu: dict, long: dict, fork: dict | None = None,
                      control: dict | None = None, code: dict | None = None) -> list[str]:
-    """docs/results.md's opening paragraph (the README's until issue 54): whether GRPO concentrates here (the CPU study), whether ReCo kept more coverage
-    than GRPO (the frontier study's H1, then every pre-registered comparison), with what is still partial, and the
-    positive-control study's answer once it has one."""
+    """docs/results.md's opening paragraph (the README's until issue 54): whether GRPO concentrates here (the CPU study),
+    whether ReCo kept more coverage than GRPO (the frontier study's H1, then every pre-registered comparison), with
+    what is still partial, and the positive-control study's answer once it has one."""
     k, n = str(cpu["ks"][-1]), len(cpu["study"]["seeds"])
     where = f"(exploratory, {n} seeds)"
     first = {1: f"On a tiny model learning Countdown on a CPU, GRPO solved more problems on the first try than the model "
@@ -201,7 +201,7 @@ def readme_sentences(frontier: dict, cpu: dict, long: dict, fork: dict | None = 
 
 
 def readme_sentence(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None,
-                    code: dict | None = None, norm: dict | None = None) -> str:
+                    code: dict | None = None, norm: dict | None = None, replication: dict | None = None) -> str:
     """The README's one sentence of what was measured: whether GRPO concentrated here, how many pre-registered
     comparisons found a form of ReCo keeping more coverage than GRPO, which methods with published gains did at
     GRPO's learning rate, the normalisation study's answer once it has one, and what is still partial."""
@@ -224,7 +224,8 @@ def readme_sentence(frontier: dict, cpu: dict, long: dict, fork: dict | None = N
     partial = running(long, fork, control, code, norm)
     if partial:
         sentence += f" (**PARTIAL**: {' and '.join(partial)} {'is' if len(partial) == 1 else 'are'} still running)"
-    return sentence + "."
+    default = default_sentence(norm, replication, statistics=False)
+    return sentence + (f"; {default}" if default else ".")
 
 
 def lr_caveat(control: dict) -> str:
@@ -244,22 +245,63 @@ def lr_caveat(control: dict) -> str:
 
 
 def norm_clause(norm: dict | None) -> str:
-    """The normalisation study's answer (issue 52), by its DEFAULT_RULE and its family's Holm verdicts; nothing while
-    it is partial (the PARTIAL clause names it)."""
-    if norm is None or norm["partial"]:
+    """The normalisation study's answer (issue 52) when it kept the old default, by its DEFAULT_RULE and its family's
+    Holm verdicts; nothing while it is partial (the PARTIAL clause names it) or when it changed the default
+    (default_sentence says that)."""
+    if norm is None or norm["partial"] or norm["default"]["confirmed_at_both_lrs"]:
         return ""
     confirmed = sum(bool(r.get("confirmed")) for r in norm["family"])
-    change = norm["default"]["confirmed_at_both_lrs"]
-    if change:
-        words = " and ".join({"reco-batch": "ReCo with batch-normalised weights",
-                              "reco-positive-batch": "ReCo with positive-only batch-normalised weights"}[a] for a in change)
-        lower = any(r["final_pass_at_1"]["ci_high"] < 0 for r in norm["family"]
-                    if r["arm"] in change and r["reference"] == "grpo")
-        return (f"; {words} kept more coverage than GRPO at both learning rates of the normalisation study"
-                + (", with a lower first-try success at its last checkpoint" if lower else "")
-                + ", and is now ReCo's default")
     return (f"; normalising ReCo's weights over the batch instead of within each group confirmed {confirmed} of "
             f"{len(norm['family'])} pre-registered contrasts, so ReCo's default stays per group")
+
+
+DEFAULT_WORDS = {"reco-batch": "weights normalised over the whole batch",
+                 "reco-positive-batch": "weights normalised over the whole batch and applied only where the advantage is "
+                                        "positive"}
+
+
+def default_sentence(norm: dict | None, replication: dict | None = None, statistics: bool = True) -> str:
+    """Issue 59: the default the normalisation study chose, read with its limits: at which lr it held robustly (every
+    leave-one-seed-out recomputation still confirmed) or at the threshold, whether batch normalisation alone did
+    anything, whether F-GRPO kept as much (the default's secondary contrast with F-GRPO, its CI spanning zero) and
+    the final Pass@1 gap to it with its interval, and the replication's state. Without `statistics` (the README's first
+    screen): no p-values, and a clause to join to the sentence before it."""
+    from analysis import leave_one_out_holm
+
+    if norm is None or norm["partial"] or not norm["default"]["confirmed_at_both_lrs"]:
+        return ""
+    arm = norm["default"]["confirmed_at_both_lrs"][0]
+    loo = leave_one_out_holm(norm["family"])
+    held = []
+    for i, r in enumerate(norm["family"]):
+        if r["arm"] == arm and r["reference"] == "grpo":
+            ps = [p[i] for p in loo.values()]
+            lost = sum(p is None or p >= 0.05 for p in ps)
+            p_holm = f", Holm p {r['p_holm']:.3f}" if statistics else ""
+            held.append(f"robustly at {lr_text(r['lr'])}" if not lost else
+                        f"at {lr_text(r['lr'])} only at the threshold{p_holm}, lost when any one of {lost} of its "
+                        f"{len(ps)} seeds is left out")
+    sentence = (f"ReCo's default since the normalisation study, {DEFAULT_WORDS[arm]}, kept more coverage than GRPO there "
+                f"({'; '.join(held)})")
+    if arm == "reco-positive-batch" and not any(r.get("confirmed") for r in norm["family"] if r["arm"] == "reco-batch"):
+        sentence += "; batch normalisation alone did not"
+    peer = [r for r in norm["secondary"] if r["arm"] == arm and r["reference"] == "f-grpo" and r.get("mean") is not None]
+    same = [r for r in peer if r["ci_low"] < 0 < r["ci_high"]]
+    if same:
+        r = min(same, key=lambda r: r["lr"])
+        f1 = r["final_pass_at_1"]
+        sentence += ", F-GRPO kept as much" + (
+            f" with a higher first-try success at the last checkpoint (the default's final Pass@1 minus F-GRPO's: "
+            f"{interval(f1['mean'], f1['ci_low'], f1['ci_high'])}, at {lr_text(r['lr'])})" if f1["ci_high"] < 0 else "")
+    if replication is None:
+        return sentence + "."
+    if replication["partial"]:
+        return sentence + ", and a replication on fresh seeds is running."
+    d = replication["default"]
+    return sentence + (f"; a pre-registered replication on fresh seeds confirmed it at "
+                       f"{' and '.join(lr_text(x) for x in d['confirmed_at'])}, so it stays." if d["stays"] else
+                       "; a pre-registered replication on fresh seeds did not confirm it at either learning rate, so the "
+                       "default went back to per-group weights on every response.")
 
 
 def control_sentence(control: dict | None) -> list[str]:
@@ -359,7 +401,7 @@ def control_study_lines(control: dict | None, code: dict | None = None, docs: st
     return out
 
 
-def norm_study_lines(norm: dict | None, docs: str = "docs/") -> list[str]:
+def norm_study_lines(norm: dict | None, docs: str = "docs/", replication: dict | None = None) -> list[str]:
     """The normalisation study: nothing before its first summary, how far it is while it runs, then its answer."""
     if norm is None:
         return []
@@ -369,18 +411,21 @@ def norm_study_lines(norm: dict | None, docs: str = "docs/") -> list[str]:
         return [f"{head}: **PARTIAL**: the study is partial ({c['runs']} of {c['runs_planned']} runs in `{NORM}`), so no "
                 "finding is drawn from it yet."]
     clause = norm_clause(norm).removeprefix("; ")
-    return [f"{head}: {clause[:1].upper()}{clause[1:]}."]
+    if clause:
+        return [f"{head}: {clause[:1].upper()}{clause[1:]}."]
+    return [f"{head}: {default_sentence(norm, replication)} The whole account: [docs/findings.md]({docs}findings.md)."]
 
 
 def sources() -> tuple[list[dict], dict[str, dict | None]]:
     """The committed summaries render takes: SOURCES, and the other studies' (by keyword) where they exist."""
-    optional = {"fork": ROOT / FORK, "control": ROOT / CONTROL, "code": ROOT / CODE, "norm": ROOT / NORM}
+    optional = {"fork": ROOT / FORK, "control": ROOT / CONTROL, "code": ROOT / CODE, "norm": ROOT / NORM,
+                "replication": ROOT / REPLICATION}
     return ([json.loads((ROOT / path).read_text()) for path in SOURCES],
             {name: json.loads(path.read_text()) if path.exists() else None for name, path in optional.items()})
 
 
 def generated_from(fork: dict | None, control: dict | None, page: str, code: dict | None = None,
-                   norm: dict | None = None) -> str:
+                   norm: dict | None = None, replication: dict | None = None) -> str:
     partial = " (PARTIAL: the study is partial)"
     return (f"_Generated from `{FRONTIER}`, `{CPU}`, `{LONG}`"
             + (f", `{FORK}`" + (partial if fork["partial"] else
@@ -388,23 +433,24 @@ def generated_from(fork: dict | None, control: dict | None, page: str, code: dic
                if fork else "")
             + "".join(f", `{path}`" + (partial if summary["partial"] else " (PARTIAL: its amendment 2 is partial)"
                                        if path == CONTROL and amendment_partial(summary) else "")
-                      for path, summary in ((CONTROL, control), (CODE, code), (NORM, norm)) if summary)
+                      for path, summary in ((CONTROL, control), (CODE, code), (NORM, norm), (REPLICATION, replication))
+                      if summary)
             + f" by `python experiments/headline.py --write {page}`; rerun it rather than editing._")
 
 
 def render_readme(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None,
-                  code: dict | None = None, norm: dict | None = None) -> str:
-    """The README's block: one sentence of what was measured."""
-    return "\n".join([generated_from(fork, control, "README.md", code, norm), "",
-                      readme_sentence(frontier, cpu, long, fork, control, code, norm)])
+                  code: dict | None = None, norm: dict | None = None, replication: dict | None = None) -> str:
+    """The README's block: one sentence of what was measured, and one of ReCo's default."""
+    return "\n".join([generated_from(fork, control, "README.md", code, norm, replication), "",
+                      readme_sentence(frontier, cpu, long, fork, control, code, norm, replication)])
 
 
 def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, control: dict | None = None,
-           code: dict | None = None, norm: dict | None = None) -> str:
+           code: dict | None = None, norm: dict | None = None, replication: dict | None = None) -> str:
     """docs/results.md's summary block: the plain paragraph, then one sentence per finding, each of the fork study's
     hypotheses."""
     return "\n".join([
-        generated_from(fork, control, "docs/results.md", code, norm),
+        generated_from(fork, control, "docs/results.md", code, norm, replication),
         "",
         " ".join(readme_sentences(frontier, cpu, long, fork, control, code)),
         "",
@@ -413,7 +459,7 @@ def render(frontier: dict, cpu: dict, long: dict, fork: dict | None = None, cont
         f"- {long_study_sentence(long)}",
         *fork_study_lines(fork, docs=""),
         *control_study_lines(control, code, docs=""),
-        *norm_study_lines(norm, docs=""),
+        *norm_study_lines(norm, docs="", replication=replication),
     ])
 
 

@@ -345,15 +345,33 @@ def test_the_readme_sentence_follows_the_verdicts_and_says_partial():
     null = running | {"partial": False, "family": family}
     assert "confirmed 0 of 6 pre-registered contrasts, so ReCo's default stays per group" in headline.readme_sentence(
         *required, **optional | {"norm": null})
-    win = null | {"default": {"confirmed_at_both_lrs": ["reco-positive-batch"]}}
+    # issue 59: the default the study chose, read with its limits (robust or at the threshold, batch alone, F-GRPO)
+    steady = {str(seed): 0.03 + 0.001 * seed for seed in range(8)}
+    shaky = {str(seed): (0.10 if seed == 0 else 0.004) for seed in range(8)}  # one seed carries it
+    for row in family:
+        row |= {"per_seed": steady if row["arm"] == "reco-positive-batch" else {str(seed): 0.0 for seed in range(8)},
+                "p_holm": 0.5}
+    family[1] |= {"confirmed": True, "p_holm": 0.001}
+    family[4] |= {"confirmed": True, "p_holm": 0.046, "per_seed": shaky}
+    versus = [{"arm": "reco-positive-batch", "reference": "f-grpo", "lr": 1e-4, "mean": 0.0, "ci_low": -0.01, "ci_high": 0.01,
+               "final_pass_at_1": {"mean": -0.05, "ci_low": -0.07, "ci_high": -0.03}}]
+    win = null | {"family": family, "secondary": versus, "default": {"confirmed_at_both_lrs": ["reco-positive-batch"]}}
     won = headline.readme_sentence(*required, **optional | {"norm": win})
-    assert "ReCo with positive-only batch-normalised weights kept more coverage than GRPO at both" in won
-    assert "now ReCo's default" in won and "lower first-try success" not in won
-    assert "**Does ReCo's normalisation explain its null?** ([docs/norm_study.md](norm_study.md)): ReCo with positive-only" in \
-        headline.render(*required, **optional | {"norm": win})
-    family[1]["final_pass_at_1"] = {"ci_high": -0.01}  # reco-positive-batch - grpo at 1e-4
-    assert "with a lower first-try success at its last checkpoint" in headline.readme_sentence(
-        *required, **optional | {"norm": win | {"family": family}})
+    assert "applied only where the advantage is positive, kept more coverage than GRPO there (robustly at 1e-4; at 2e-4 " \
+           "only at the threshold, lost when any one of" in won and "Holm" not in won
+    assert "batch normalisation alone did not, F-GRPO kept as much with a higher first-try success" in won
+    assert "-0.050, 95% CI -0.070 to -0.030, at 1e-4" in won and "replication" not in won
+    assert "only at the threshold, Holm p 0.046, lost when" in headline.render(*required, **optional | {"norm": win})
+    assert "a replication on fresh seeds is running" in headline.readme_sentence(
+        *required, **optional | {"norm": win, "replication": {"partial": True}})
+    undone = {"partial": False, "default": {"stays": False, "confirmed_at": []}}
+    assert "did not confirm it at either learning rate, so the default went back" in headline.readme_sentence(
+        *required, **optional | {"norm": win, "replication": undone})
+    family[4]["per_seed"] = steady
+    assert "robustly at 1e-4; robustly at 2e-4" in headline.readme_sentence(*required, **optional | {"norm": win})
+    rendered = headline.render(*required, **optional | {"norm": win})
+    assert "**Does ReCo's normalisation explain its null?** ([docs/norm_study.md](norm_study.md)): ReCo's default since" in \
+        rendered and "robustly at 1e-4; robustly at 2e-4" in rendered
     assert "PARTIAL" not in won  # every other committed study has finished
 
 
