@@ -693,3 +693,52 @@ SHARED_STATE = [  # (what, f()'s body, what it must return): modes of allowed ca
 @pytest.mark.parametrize("body, expected", [a[1:] for a in SHARED_STATE], ids=[a[0] for a in SHARED_STATE])
 def test_modes_that_reach_shared_state_are_refused(sandbox, body, expected):
     assert grade_program(attack(body), f"assert f() == {expected!r}, f()", timeout_s=10) is True
+
+
+def test_the_dev_nodes_are_read_only_and_still_devices(sandbox):
+    """The five nodes were bound read-write from the host and the program's uid maps onto their owner: it could
+    chmod /dev/null to 000 (with the trainer as root, every later sandbox then failed) and use modes and times as
+    a store. Each program's are now read-only, and still devices. The program sets each node's own mode and times,
+    so that the host's nodes stay as they are even where that succeeds."""
+    body = """
+        refused = []
+        for name in ('null', 'zero', 'full', 'random', 'urandom'):
+            path = '/dev/' + name
+            st = os.stat(path)
+            for change in (lambda: os.chmod(path, st.st_mode & 0o7777), lambda: os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))):
+                try:
+                    change()
+                    refused.append(False)
+                except OSError as e:
+                    refused.append(e.errno)
+        with open('/dev/null', 'wb') as null:
+            null.write(b'x')
+        return refused, open('/dev/zero', 'rb').read(2), len(open('/dev/urandom', 'rb').read(4))
+    """
+    before = [os.stat(f"/dev/{name}") for name in ("null", "zero", "full", "random", "urandom")]
+    assert grade_program(attack(body), "assert f() == ([30] * 10, b'\\0\\0', 4), f()", timeout_s=10) is True  # EROFS
+    after = [os.stat(f"/dev/{name}") for name in ("null", "zero", "full", "random", "urandom")]
+    assert [(s.st_mode, s.st_mtime_ns) for s in after] == [(s.st_mode, s.st_mtime_ns) for s in before]
+
+
+def test_a_crashing_program_starts_no_core_handler_of_the_hosts(sandbox, tmp_path):
+    """RLIMIT_CORE = 0 does not bind a pipe core_pattern (apport, systemd-coredump): a crashing program made the
+    kernel start the host's handler as root and stream it the dump. Programs are not dumpable now. This test points
+    core_pattern at a handler of its own for the length of one crash, and puts the host's back."""
+    pattern = Path("/proc/sys/kernel/core_pattern")
+    try:
+        saved = pattern.read_text()
+        pattern.write_text(saved)
+    except OSError as e:
+        pytest.skip(f"core_pattern cannot be changed here ({e.strerror}): this test needs root outside a container")
+    handler, started = tmp_path / "handler", tmp_path / "started"
+    handler.write_text(f"#!/bin/sh\necho \"$1\" >> {started}\ncat > /dev/null\n")
+    handler.chmod(0o755)
+    try:
+        pattern.write_text(f"|{handler} %e")
+        verdict = grade_program(attack("os.abort()"), "assert f() == 1", timeout_s=10)
+        time.sleep(0.5)
+    finally:
+        pattern.write_text(saved)
+    assert verdict is False
+    assert not started.exists() or "python" not in started.read_text(), started.read_text()
