@@ -276,3 +276,12 @@ def test_a_program_over_the_size_limit_is_not_paid(sandbox):
         pytest.skip(str(e))
     finally:
         box.close()
+
+
+def test_a_harness_that_ends_before_its_program_is_set_up_gives_false(sandbox):
+    """With a 1 ms bound the harness ends, and its program is killed, before the program's sandbox is made: that
+    raised SandboxError on most calls (a trainer that treats it as fatal stops), where the verdict is False."""
+    programs = [f"def f():\n    return {i}\n" for i in range(20)]
+    for _ in range(3):
+        assert grade_many(programs, "assert f() >= 0", timeout_s=0.001) == [False] * 20
+    assert grade_program("def f():\n    return 1\n", "assert f() == 1") is True

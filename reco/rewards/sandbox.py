@@ -987,9 +987,11 @@ def run_zygote(control_fd: int, isolate: bool) -> None:
             tell(job_id, text)
 
     def gone(job_id: int, run: dict, told: bool) -> None:
-        """Its program's pid namespace is empty (`told`: the sandbox process has told the server so)."""
+        """Its program's pid namespace is empty (`told`: the sandbox process has told the server so). A run ended
+        before its program was set up (a harness that finished first, or its wall-clock limit) is no failure of
+        the sandbox: its harness's verdict, False, stands."""
         if not run["gone"]:
-            report(job_id, run, f"{ISOLATE_ERROR}: the program's process died while being set up")
+            report(job_id, run, "ok" if run["ended"] else f"{ISOLATE_ERROR}: the program's process died while being set up")
             run["gone"], run["program"] = True, None  # its pid may be another process's now
             if not told:
                 tell(job_id, "gone")
