@@ -9,7 +9,9 @@ machine.
 """
 from __future__ import annotations
 
+import os
 import random
+import signal
 import subprocess
 import sys
 import textwrap
@@ -285,3 +287,46 @@ def test_a_harness_that_ends_before_its_program_is_set_up_gives_false(sandbox):
     for _ in range(3):
         assert grade_many(programs, "assert f() >= 0", timeout_s=0.001) == [False] * 20
     assert grade_program("def f():\n    return 1\n", "assert f() == 1") is True
+
+
+def test_a_forked_child_of_the_trainer_does_not_keep_the_sandbox_alive(tmp_path):
+    """A child the trainer forks after its first grading call (a fork-started DataLoader worker, a pool) shared
+    the server's stdin pipe: the server, the zygote and a running program outlived the trainer for as long as the
+    child lived. The trainer is killed here while its child sleeps on."""
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, threading, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from reco.rewards import code as code_reward
+        box = code_reward.LocalSandbox()
+        try:
+            box.run([code_reward.Job("x = 1\\n", "pass")], 5)
+        except code_reward.SandboxUnavailable as e:
+            print("unavailable", e, flush=True)
+            sys.exit(0)
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        threading.Thread(target=box.run, args=([code_reward.Job("import time\\ntime.sleep(600)\\n", "pass")], 600)).start()
+        print(box.server.pid, box.zygote.pid, child, flush=True)
+        threading.Event().wait()
+    """))
+    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    first = trainer.stdout.readline().split()
+    if first[:1] == ["unavailable"]:
+        trainer.kill()
+        pytest.skip(" ".join(first[1:]))
+    *roots, child = (int(pid) for pid in first)
+    try:
+        time.sleep(1.5)
+        tree = set(roots) | _descendants(set(roots))
+        trainer.kill()
+        trainer.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
+            time.sleep(0.1)
+        assert _alive(child) and [pid for pid in tree if _alive(pid)] == []
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)

@@ -76,6 +76,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future, TimeoutError
 from dataclasses import dataclass
@@ -214,6 +215,7 @@ class LocalSandbox:
         self.zygote: subprocess.Popen | None = None
         self.pending: dict[int, Future] = {}
         self.logs: list = []
+        _sandboxes.add(self)
 
     # starting and stopping
 
@@ -388,6 +390,24 @@ class LocalSandbox:
                 raise SandboxError(f"reco.rewards.code: the code sandbox failed: {answer['error']}")
         verdicts = dict.fromkeys(distinct, False) | dict(zip(runnable, (a["passed"] for a in answers)))
         return [verdicts[job] for job in jobs]
+
+
+_sandboxes: weakref.WeakSet[LocalSandbox] = weakref.WeakSet()
+
+
+def _release_in_child() -> None:
+    """In a forked child of the trainer (a DataLoader worker, a pool): the servers' pipes become /dev/null, so that
+    the child holds none of them open and each server still sees its end of input when the trainer dies (a close
+    could flush the parent's unsent bytes, or reach a descriptor the child reuses)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for sandbox in list(_sandboxes):
+        if sandbox.server is not None:
+            for stream in (sandbox.server.stdin, sandbox.server.stdout):
+                os.dup2(null, stream.fileno())
+    os.close(null)
+
+
+os.register_at_fork(after_in_child=_release_in_child)
 
 
 # -- entry points ---------------------------------------------------------------------------------------
