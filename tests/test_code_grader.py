@@ -264,6 +264,18 @@ def test_stdin_stdout_programs(sandbox):
     assert grade_program(state, [("", "0"), ("", "1")]) is True, "cases share the run's working directory"
 
 
+def test_a_stdio_program_that_ends_with_os_exit_is_graded_on_its_output(sandbox):
+    """Competitive programs flush and end with os._exit(0): each case ends as with sys.exit, so a correct one is
+    paid (it never was), and a wrong output or a non-zero status still is not. Function-call programs that exit
+    before their tests are still not paid."""
+    fast = "import os, sys\nsys.stdout.write(str(2 * int(input())) + '\\n')\nsys.stdout.flush()\nos._exit({code})\n"
+    cases = [("2\n", "4"), ("5\n", "10")]
+    assert grade_program(fast.format(code=0), cases) is True
+    assert grade_program(fast.format(code=1), cases) is False
+    assert grade_program(fast.format(code=0).replace("2 *", "3 *"), cases) is False
+    assert grade_program("import os\ndef f():\n    return 1\nos._exit(0)\n", "assert f() == 1") is False
+
+
 def test_grade_many_matches_grade_program_and_runs_duplicates_once(sandbox):
     good, bad = "def f(x):\n    return x + 1\n", "def f(x):\n    return x\n"
     tests = "assert f(1) == 2\n"
