@@ -742,3 +742,11 @@ def test_a_crashing_program_starts_no_core_handler_of_the_hosts(sandbox, tmp_pat
         pattern.write_text(saved)
     assert verdict is False
     assert not started.exists() or "python" not in started.read_text(), started.read_text()
+
+
+def test_the_docs_give_each_allowed_call_one_line():
+    """docs/code_reward.md's review: one line per call of the program's list, and none for a call not on it."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "code_reward.md").read_text()
+    section = text.split("## The allow-list, call by call", 1)[1].split("\n## ", 1)[0]
+    lines = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+    assert sorted(lines) == sorted(sandbox_module.PROGRAM_SYSCALLS)

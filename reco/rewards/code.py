@@ -54,7 +54,8 @@ the program cannot forge:
    the tests is not paid), every test statement ran to the end without an exception within the time limit, and
    the program's process never hung up or sent a malformed reply. An exit or a ``SystemExit``/``KeyboardInterrupt``
    during a call (from a destructor too) reaches the test as an exception ``except Exception`` cannot swallow, and
-   a process that has hung up fails the run even if a test swallows that.
+   a process that has hung up fails the run even if a test swallows that. A stdin/stdout program's ``os._exit(n)``
+   ends its case as ``sys.exit(n)`` does (competitive programs flush and exit fast that way).
 5. The tests and the expected outputs never enter the program's sandbox, as files or in memory: it cannot read
    them. A stdin/stdout program's output is only compared; nothing it prints is read as a verdict.
 """
