@@ -461,7 +461,10 @@ def _release_in_child() -> None:
     for sandbox in list(_sandboxes):
         if sandbox.server is not None:
             for stream in (sandbox.server.stdin, sandbox.server.stdout):
-                os.dup2(null, stream.fileno())
+                try:
+                    os.dup2(null, stream.fileno())
+                except (OSError, ValueError):  # closed by a _stop that the fork interrupted
+                    pass
     os.close(null)
 
 
