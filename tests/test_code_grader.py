@@ -136,7 +136,8 @@ def test_evalplus_float_checks_pay_no_empty_list_wrong_shape_or_nan(sandbox, tmp
                     "import math\ndef volume_sphere(r):\n    return [[(4 / 3) * math.pi * r ** 3]]\n"],
         "HumanEval/21": ["def rescale_to_unit(numbers):\n    return []\n",
                          "def rescale_to_unit(numbers):\n    return [float('nan')] * len(numbers)\n",
-                         "def rescale_to_unit(numbers):\n    return [[0.0, 1.0]] * 2 if len(numbers) == 2 else [0.0, 0.25, 1.0]\n"],
+                         "def rescale_to_unit(numbers):\n"
+                         "    return [[0.0, 1.0]] * 2 if len(numbers) == 2 else [0.0, 0.25, 1.0]\n"],
     }
     problems = load_code_problems(path)
     assert [p["id"] for p in problems] == list(hacks)

@@ -705,7 +705,8 @@ def test_the_dev_nodes_are_read_only_and_still_devices(sandbox):
         for name in ('null', 'zero', 'full', 'random', 'urandom'):
             path = '/dev/' + name
             st = os.stat(path)
-            for change in (lambda: os.chmod(path, st.st_mode & 0o7777), lambda: os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))):
+            times = (st.st_atime_ns, st.st_mtime_ns)
+            for change in (lambda: os.chmod(path, st.st_mode & 0o7777), lambda: os.utime(path, ns=times)):
                 try:
                     change()
                     refused.append(False)

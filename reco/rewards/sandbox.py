@@ -917,7 +917,7 @@ def _program_process(kernel: _Kernel, channel: int, status: int, workdir: str, l
         for limit, value in limits:
             resource.setrlimit(limit, (value, value + (limit == resource.RLIMIT_CPU)))
         if program_filter is not None:
-            kernel.prctl(PR_SET_DUMPABLE, 0)  # a crash then starts no core handler of the host's (RLIMIT_CORE does not bind a pipe's)
+            kernel.prctl(PR_SET_DUMPABLE, 0)  # no core handler of the host's (RLIMIT_CORE does not bind a pipe's)
             kernel.drop_capabilities()
             kernel.install_seccomp(program_filter)
         os.write(status, b"ok\n")
