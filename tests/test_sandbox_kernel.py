@@ -151,6 +151,9 @@ def test_the_zygote_and_the_server_have_lists_of_their_own(machine):
     assert verdict(zygote, numbers["prctl"], arch, 4) == ALLOW, "PR_SET_DUMPABLE, 0 before a program's filter"
     assert verdict(zygote, numbers["prctl"], arch, 35) == EPERM, "PR_SET_MM"
     assert verdict(server, numbers["clone"], arch, thread) == ALLOW, "a dataset's tests may start a thread"
+    futex = sandbox_module.SYSCALL_NUMBERS[machine]["futex"]
+    assert verdict(server, futex, arch, 0, 0) == ALLOW, "and join it: pthread_join's FUTEX_WAIT is shared"
+    assert verdict(zygote, futex, arch, 0, 0) == EPERM and verdict(zygote, futex, arch, 0, 128) == ALLOW
     assert verdict(server, numbers["clone"], arch, fork | 0x20000000) == EPERM
     for name in ("unshare", "mount", "prctl"):
         assert verdict(server, numbers[name], arch) == EPERM, name

@@ -711,8 +711,9 @@ ZYGOTE_SYSCALLS = {
 }
 SERVER_SYSCALLS = {
     **PROGRAM_SYSCALLS,
-    # forking harnesses (and threads, which a dataset's tests may start) and reaping them; no namespaces
-    **_allow("wait4 waitid pipe2 set_robust_list rseq mbind get_mempolicy"),
+    # forking harnesses (and threads, which a dataset's tests may start) and reaping them; no namespaces. Every futex
+    # operation: pthread_join waits on a shared one (no program code runs here)
+    **_allow("wait4 waitid pipe2 set_robust_list rseq mbind get_mempolicy futex"),
     "clone": _none_of(0, NAMESPACES),
     # a socket pair per job, one end passed to the zygote (sendmsg); the zygote's reports (recvfrom)
     "socketpair": _only(0, AF_UNIX),
