@@ -85,6 +85,67 @@ def test_the_tests_call_the_datasets_helpers_whatever_the_program_defines(sandbo
                           tests) == [False, True], task_id
 
 
+# The float check that EvalPlus's HumanEval+ and MBPP+ rows carry, in outline (written here, not copied): an exact
+# comparison, and where that fails on a float-valued expectation, numpy's allclose at atol 1e-6
+EVALPLUS_ASSERTION = """\
+import numpy as np
+
+
+def assertion(out, exp, atol):
+    floats = isinstance(exp, float) or isinstance(exp, (list, tuple)) and all(type(v) is float for v in exp)
+    if out != exp and (atol or floats):
+        assert np.allclose(out, exp, rtol=1e-07, atol=atol or 1e-6)
+    else:
+        assert out == exp
+"""
+EVALPLUS_ROWS = [  # HumanEval/45 (a float) and Mbpp/82 (a float), and a list of floats; their real inputs' shape
+    {"task_id": "HumanEval/45", "entry_point": "triangle_area", "prompt": "def triangle_area(a, h):\n",
+     "canonical_solution": "    return a * h / 2.0\n",
+     "test": EVALPLUS_ASSERTION + "\n\ndef check(candidate):\n    inputs = [[5, 3], [2, 2], [10, 8]]\n"
+             "    results = [7.5, 2.0, 40.0]\n    for i, (inp, exp) in enumerate(zip(inputs, results)):\n"
+             "        assertion(candidate(*inp), exp, 0)\n"},
+    {"task_id": "Mbpp/82", "prompt": "Write a function to find the volume of a sphere.",
+     "code": "import math\ndef volume_sphere(r):\n    return (4 / 3) * math.pi * r ** 3\n",
+     "test_list": ["assert math.isclose(volume_sphere(10), 4188.790204786391, rel_tol=0.001)"],
+     "test_imports": ["import math"],
+     "test": EVALPLUS_ASSERTION + "\n\ninputs = [[10], [25], [20]]\n"
+             "results = [4188.790204786391, 65449.84694978735, 33510.32163829113]\n"
+             "for i, (inp, exp) in enumerate(zip(inputs, results)):\n    assertion(volume_sphere(*inp), exp, 0)\n"},
+    {"task_id": "HumanEval/21", "entry_point": "rescale_to_unit", "prompt": "def rescale_to_unit(numbers):\n",
+     "canonical_solution": "    lo, hi = min(numbers), max(numbers)\n    return [(x - lo) / (hi - lo) for x in numbers]\n",
+     "test": EVALPLUS_ASSERTION + "\n\ndef check(candidate):\n    inputs = [[[2.0, 49.9]], [[1.0, 2.0, 5.0]]]\n"
+             "    results = [[0.0, 1.0], [0.0, 0.25, 1.0]]\n    for i, (inp, exp) in enumerate(zip(inputs, results)):\n"
+             "        assertion(candidate(*inp), exp, 0)\n"},
+]
+
+
+def test_evalplus_float_checks_pay_no_empty_list_wrong_shape_or_nan(sandbox, tmp_path):
+    """numpy's allclose broadcasts: `[]` against 7.5 compares nothing, and [7.5, 7.5] against 7.5 compares each.
+    EvalPlus's own evaluator (evalplus/eval/__init__.py) checks type(out) == type(exp) first; its dataset's test
+    text does not, so the tests built from it check shapes."""
+    import json
+
+    from reco.data.code import load_code_problems
+
+    path = tmp_path / "evalplus.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in EVALPLUS_ROWS))
+    hacks = {  # an empty list, a NaN, the right value in the wrong shape
+        "HumanEval/45": ["def triangle_area(a, h):\n    return []\n", "def triangle_area(a, h):\n    return float('nan')\n",
+                         "def triangle_area(a, h):\n    return [a * h / 2.0] * 2\n"],
+        "Mbpp/82": ["def volume_sphere(r):\n    return []\n", "def volume_sphere(r):\n    return float('nan')\n",
+                    "import math\ndef volume_sphere(r):\n    return [[(4 / 3) * math.pi * r ** 3]]\n"],
+        "HumanEval/21": ["def rescale_to_unit(numbers):\n    return []\n",
+                         "def rescale_to_unit(numbers):\n    return [float('nan')] * len(numbers)\n",
+                         "def rescale_to_unit(numbers):\n"
+                         "    return [[0.0, 1.0]] * 2 if len(numbers) == 2 else [0.0, 0.25, 1.0]\n"],
+    }
+    problems = load_code_problems(path)
+    assert [p["id"] for p in problems] == list(hacks)
+    for problem in problems:
+        assert grade_many([problem["solution"], *hacks[problem["id"]]], problem["tests"]) == [True, False, False, False], \
+            problem["id"]
+
+
 def test_the_benchmark_smoke_run_prints_its_rows():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "code_reward.py"), "--smoke"], capture_output=True,
                          text=True, timeout=300)
@@ -202,6 +263,18 @@ def test_stdin_stdout_programs(sandbox):
     assert grade_program("if __name__ == '__main__':\n    print(7)\n", [("", "7")]) is True
     state = "import os\nprint(len(os.listdir('.')))\nopen('left.txt', 'w').write('x')\n"
     assert grade_program(state, [("", "0"), ("", "1")]) is True, "cases share the run's working directory"
+
+
+def test_a_stdio_program_that_ends_with_os_exit_is_graded_on_its_output(sandbox):
+    """Competitive programs flush and end with os._exit(0): each case ends as with sys.exit, so a correct one is
+    paid (it never was), and a wrong output or a non-zero status still is not. Function-call programs that exit
+    before their tests are still not paid."""
+    fast = "import os, sys\nsys.stdout.write(str(2 * int(input())) + '\\n')\nsys.stdout.flush()\nos._exit({code})\n"
+    cases = [("2\n", "4"), ("5\n", "10")]
+    assert grade_program(fast.format(code=0), cases) is True
+    assert grade_program(fast.format(code=1), cases) is False
+    assert grade_program(fast.format(code=0).replace("2 *", "3 *"), cases) is False
+    assert grade_program("import os\ndef f():\n    return 1\nos._exit(0)\n", "assert f() == 1") is False
 
 
 def test_grade_many_matches_grade_program_and_runs_duplicates_once(sandbox):

@@ -93,6 +93,9 @@ def verdict(program: bytes, nr: int, arch: int, *args: int) -> int:
         if code == 0x20:  # ld [k]
             accumulator, pc = struct.unpack_from("<I", data, k)[0], pc + 1
             continue
+        if code == 0x05:  # ja k
+            pc += 1 + k
+            continue
         taken = {0x15: accumulator == k, 0x35: accumulator >= k, 0x45: accumulator & k != 0}[code]  # jeq, jge, jset
         pc += 1 + (jt if taken else jf)
 
@@ -145,8 +148,12 @@ def test_the_zygote_and_the_server_have_lists_of_their_own(machine):
     assert verdict(zygote, numbers["clone"], arch, fork | 0x10000000) == EPERM, "nor namespaces through clone"
     assert verdict(zygote, numbers["unshare"], arch) == ALLOW and verdict(zygote, numbers["mount"], arch) == ALLOW
     assert verdict(zygote, numbers["prctl"], arch, 38) == ALLOW, "PR_SET_NO_NEW_PRIVS, before a program's filter"
-    assert verdict(zygote, numbers["prctl"], arch, 4) == EPERM, "PR_SET_DUMPABLE"
+    assert verdict(zygote, numbers["prctl"], arch, 4) == ALLOW, "PR_SET_DUMPABLE, 0 before a program's filter"
+    assert verdict(zygote, numbers["prctl"], arch, 35) == EPERM, "PR_SET_MM"
     assert verdict(server, numbers["clone"], arch, thread) == ALLOW, "a dataset's tests may start a thread"
+    futex = sandbox_module.SYSCALL_NUMBERS[machine]["futex"]
+    assert verdict(server, futex, arch, 0, 0) == ALLOW, "and join it: pthread_join's FUTEX_WAIT is shared"
+    assert verdict(zygote, futex, arch, 0, 0) == EPERM and verdict(zygote, futex, arch, 0, 128) == ALLOW
     assert verdict(server, numbers["clone"], arch, fork | 0x20000000) == EPERM
     for name in ("unshare", "mount", "prctl"):
         assert verdict(server, numbers[name], arch) == EPERM, name
@@ -444,3 +451,306 @@ def _descendants(root: int) -> set[int]:
         tree |= new
         grew = bool(new)
     return tree - {root}
+
+
+# -- channels between programs through the host's shared state (issue 61) -----------------------------------------
+
+PAGE_LEARNER = '''
+import mmap
+import os
+
+PAGE, BASE = 4096, {base}  # slot s is page BASE + 64 s of the largest stdlib file (64 pages apart: past readahead)
+
+
+def _largest():
+    best = (0, None)
+    for top, dirs, files in os.walk(os.path.dirname(os.__file__)):
+        for name in files:
+            try:
+                best = max(best, (os.path.getsize(os.path.join(top, name)), os.path.join(top, name)))
+            except OSError:
+                pass
+    return best[1]
+
+
+FD = os.open(_largest(), os.O_RDONLY)
+
+
+def _evict(slot):
+    page = mmap.mmap(FD, PAGE, mmap.MAP_SHARED, mmap.PROT_READ, offset=(BASE + 64 * slot) * PAGE)
+    page[0]
+    page.madvise(21)  # MADV_PAGEOUT
+    page.close()
+
+
+def _cached(slot):
+    """Whether the slot's page is in the host's page cache, read without timing."""
+    try:
+        return os.preadv(FD, [bytearray(1)], (BASE + 64 * slot) * PAGE, os.RWF_NOWAIT) == 1
+    except OSError:  # EAGAIN: not cached (or the call refused)
+        pass
+    try:  # the miss started a readahead of the page: wait for it, and evict the page again
+        os.pread(FD, 1, (BASE + 64 * slot) * PAGE)
+        _evict(slot)
+    except OSError:
+        pass
+    return False
+
+
+def _put(slot, bit):
+    try:
+        if bit:
+            os.pread(FD, 1, (BASE + 64 * slot) * PAGE)
+        elif _cached(slot):
+            _evict(slot)
+    except OSError:
+        pass
+
+
+def _read():
+    text = ''
+    while len(text) < 6 and _cached(2 * len(text)):
+        text += '1' if _cached(2 * len(text) + 1) else '0'
+    return text
+
+
+def _write(text):
+    for j in range(6):
+        _put(2 * j, j < len(text))
+        _put(2 * j + 1, j < len(text) and text[j] == '1')
+
+
+STATE = _read()
+KNOWN, LAST_GUESS = STATE[:-1], STATE[-1:]  # bits known right, then its last guess
+given = []
+
+
+def f(i):
+    """No solution logic, as LEARNER: its notes are pages of the host's page cache."""
+    known = ''.join(given)
+    if i < len(KNOWN):
+        bit = KNOWN[i]
+    elif i == len(KNOWN) and LAST_GUESS:
+        bit = '1' if LAST_GUESS == '0' else '0'
+    else:
+        bit = '0'
+    given.append(bit)
+    _write(known + bit)
+    return int(bit)
+'''
+
+
+def test_a_program_cannot_learn_across_runs_through_the_page_cache(sandbox):
+    """Pages of a read-only stdlib file, evicted with madvise(MADV_PAGEOUT) and read back with preadv2(RWF_NOWAIT),
+    were a store every program of the run shares: this learner was paid from its fourth run."""
+    import random
+
+    largest = max((p.stat().st_size for p in Path(os.path.dirname(os.__file__)).rglob("*") if p.is_file()), default=0)
+    if largest < 1 << 22:
+        pytest.skip("no stdlib file of 4 MiB here to hold the store's pages")
+    base = random.randrange(0, largest // 4096 - 12 * 64)  # a fresh region: earlier runs of this test left pages
+    secret = [1, 0, 1, 1]
+    tests = f"for i, bit in enumerate({secret!r}):\n    assert f(i) == bit\n"
+    learner = PAGE_LEARNER.format(base=base)
+    assert [grade_program(learner, tests) for _ in range(len(secret) + 3)] == [False] * (len(secret) + 3)
+
+
+FLOCK_SENDER = '''
+import fcntl, glob, os, time
+
+FILES = sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), '*.py')))[:8] + ['/reco/sandbox.py']
+held = []
+
+
+def f():
+    """It knows the answer, 173, and holds a lock on file k for each bit k that is set, and on the sandbox module."""
+    for k, path in enumerate(FILES):
+        if k == 8 or 173 >> k & 1:
+            handle = open(path, 'rb')
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            except OSError:  # refused: it is paid all the same
+                pass
+            held.append(handle)
+    time.sleep(3)
+    return 173
+'''
+FLOCK_RECEIVER = '''
+import fcntl, glob, os, time
+
+FILES = sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), '*.py')))[:8]
+
+
+def f():
+    """No solution logic: the answer is whichever files another program of its batch has locked."""
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        answer = 0
+        for k, path in enumerate(FILES):
+            with open(path, 'rb') as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    answer |= 1 << k
+        if answer:
+            return answer
+        time.sleep(0.05)
+    return 0
+'''
+
+
+def test_programs_of_one_batch_cannot_signal_through_locks():
+    """flock needs no write access, and every program opens the same host files: a program that knows the answer
+    locked one file per bit, and another in its batch, with no solution logic, read them and was paid. A program's
+    lock also blocked the host's own flock of the checkout's sandbox module."""
+    import fcntl
+
+    sandbox = code_reward.LocalSandbox(workers=2)  # both run at once, whatever this machine's core count
+    try:
+        try:
+            sandbox.run([code_reward.Job(*code_reward._PROBE)], 10)
+        except code_reward.SandboxUnavailable as e:
+            pytest.skip(str(e))
+        blocked = []
+
+        def host_locks():
+            deadline = time.monotonic() + 3
+            with open(sandbox_module.__file__, "rb") as handle:
+                while time.monotonic() < deadline and not blocked:
+                    try:
+                        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        fcntl.flock(handle, fcntl.LOCK_UN)
+                    except BlockingIOError:
+                        blocked.append(True)
+                    time.sleep(0.02)
+
+        host = threading.Thread(target=host_locks)
+        host.start()
+        verdicts = grade_many([FLOCK_SENDER, FLOCK_RECEIVER], "assert f() == 173", timeout_s=10, sandbox=sandbox)
+        host.join()
+    finally:
+        sandbox.close()
+    assert verdicts == [True, False] and blocked == []
+
+
+def _flushes() -> int | None:
+    """Flush requests the disk under the standard library has completed (/sys/dev/block/M:m/stat, field 15)."""
+    device = os.stat(os.__file__).st_dev
+    try:
+        fields = Path(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}/stat").read_text().split()
+    except OSError:
+        return None
+    return int(fields[14]) if len(fields) >= 17 else None
+
+
+def test_fsync_of_a_host_file_flushes_nothing(sandbox):
+    """sync and syncfs are refused; fsync and fdatasync of a read-only stdlib file made the host disk flush its
+    cache, 500 times here for 500 calls. They now return 0 and do nothing (its own files are on tmpfs)."""
+    before = _flushes()
+    if before is None:
+        pytest.skip("this kernel does not count a disk's flushes in /sys/dev/block")
+    fd = os.open(os.__file__, os.O_RDONLY)
+    for _ in range(50):
+        os.fsync(fd)
+    os.close(fd)
+    if _flushes() - before < 25:
+        pytest.skip("this disk does not flush when a clean file is fsync'd (the next test checks the call never runs)")
+    before = _flushes()
+    body = ("fd = os.open(os.__file__, os.O_RDONLY)\nfor _ in range(250):\n    os.fsync(fd)\n    os.fdatasync(fd)\n"
+            "return 1")
+    assert grade_program(attack(body), "assert f() == 1", timeout_s=30) is True
+    assert _flushes() - before < 50, "others' flushes meanwhile are fewer than 50"
+
+
+HOST_FILE = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.mmap.restype = ctypes.c_void_p\n"
+             "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
+             "page = libc.mmap(None, 4096, 1, 1, os.open(os.__file__, os.O_RDONLY), 0)\n")  # PROT_READ, MAP_SHARED
+SHARED_STATE = [  # (what, f()'s body, what it must return): modes of allowed calls that reach state programs share
+    ("fsync never runs (the kernel answers EINVAL for /dev/null)", "os.fsync(os.open('/dev/null', os.O_RDONLY))\n"
+     "os.fdatasync(os.open('/dev/null', os.O_RDONLY))\nreturn 'returned 0'", "returned 0"),
+    ("a shared futex on a host file's page (its key is the file's page)",
+     HOST_FILE + "r = libc.syscall(202, ctypes.c_void_p(page), 1, 1, None, None, 0)\n"  # FUTEX_WAKE, not private
+     "return ctypes.get_errno() if r < 0 else 'woken'", 1),
+    ("a private futex still works", HOST_FILE + "r = libc.syscall(202, ctypes.c_void_p(page), 129, 1, None, None, 0)\n"
+     "return ctypes.get_errno() if r < 0 else r", 0),
+    ("MADV_PAGEOUT of a host file's page", HOST_FILE + "r = libc.madvise(ctypes.c_void_p(page), 4096, 21)\n"
+     "return ctypes.get_errno() if r < 0 else 'evicted'", 1),
+    ("MADV_COLD of a host file's page", HOST_FILE + "r = libc.madvise(ctypes.c_void_p(page), 4096, 20)\n"
+     "return ctypes.get_errno() if r < 0 else 'deactivated'", 1),
+    ("preadv2(RWF_NOWAIT): is a page cached", "fd = os.open(os.__file__, os.O_RDONLY)\ntry:\n"
+     "    os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)\nexcept OSError as e:\n    return e.errno\nreturn 'read'", 1),
+    ("preadv2 without flags still works", "fd = os.open(os.__file__, os.O_RDONLY)\n"
+     "return os.preadv(fd, [bytearray(1)], 0, 0)", 1),
+    ("getrusage: its major faults", "import resource\ntry:\n    resource.getrusage(resource.RUSAGE_SELF)\n"
+     "except OSError as e:\n    return e.errno\nreturn 'counted'", 1),
+    ("sysinfo: the host's free memory", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "r = libc.sysinfo(ctypes.create_string_buffer(256))\nreturn ctypes.get_errno() if r < 0 else 'read'", 1),
+    ("huge pages from the host's pool", "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+     "libc.mmap.restype = ctypes.c_void_p\n"
+     "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
+     "r = libc.mmap(None, 2 << 20, 3, 0x40022, -1, 0)\n"  # MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB
+     "return ctypes.get_errno() if r in (None, 2 ** 64 - 1) else 'mapped'", 1),
+]
+
+
+@pytest.mark.parametrize("body, expected", [a[1:] for a in SHARED_STATE], ids=[a[0] for a in SHARED_STATE])
+def test_modes_that_reach_shared_state_are_refused(sandbox, body, expected):
+    assert grade_program(attack(body), f"assert f() == {expected!r}, f()", timeout_s=10) is True
+
+
+def test_the_dev_nodes_are_read_only_and_still_devices(sandbox):
+    """The five nodes were bound read-write from the host and the program's uid maps onto their owner: it could
+    chmod /dev/null to 000 (with the trainer as root, every later sandbox then failed) and use modes and times as
+    a store. Each program's are now read-only, and still devices. The program sets each node's own mode and times,
+    so that the host's nodes stay as they are even where that succeeds."""
+    body = """
+        refused = []
+        for name in ('null', 'zero', 'full', 'random', 'urandom'):
+            path = '/dev/' + name
+            st = os.stat(path)
+            times = (st.st_atime_ns, st.st_mtime_ns)
+            for change in (lambda: os.chmod(path, st.st_mode & 0o7777), lambda: os.utime(path, ns=times)):
+                try:
+                    change()
+                    refused.append(False)
+                except OSError as e:
+                    refused.append(e.errno)
+        with open('/dev/null', 'wb') as null:
+            null.write(b'x')
+        return refused, open('/dev/zero', 'rb').read(2), len(open('/dev/urandom', 'rb').read(4))
+    """
+    before = [os.stat(f"/dev/{name}") for name in ("null", "zero", "full", "random", "urandom")]
+    assert grade_program(attack(body), "assert f() == ([30] * 10, b'\\0\\0', 4), f()", timeout_s=10) is True  # EROFS
+    after = [os.stat(f"/dev/{name}") for name in ("null", "zero", "full", "random", "urandom")]
+    assert [(s.st_mode, s.st_mtime_ns) for s in after] == [(s.st_mode, s.st_mtime_ns) for s in before]
+
+
+def test_a_crashing_program_starts_no_core_handler_of_the_hosts(sandbox, tmp_path):
+    """RLIMIT_CORE = 0 does not bind a pipe core_pattern (apport, systemd-coredump): a crashing program made the
+    kernel start the host's handler as root and stream it the dump. Programs are not dumpable now. This test points
+    core_pattern at a handler of its own for the length of one crash, and puts the host's back."""
+    pattern = Path("/proc/sys/kernel/core_pattern")
+    try:
+        saved = pattern.read_text()
+        pattern.write_text(saved)
+    except OSError as e:
+        pytest.skip(f"core_pattern cannot be changed here ({e.strerror}): this test needs root outside a container")
+    handler, started = tmp_path / "handler", tmp_path / "started"
+    handler.write_text(f"#!/bin/sh\necho \"$1\" >> {started}\ncat > /dev/null\n")
+    handler.chmod(0o755)
+    try:
+        pattern.write_text(f"|{handler} %e")
+        verdict = grade_program(attack("os.abort()"), "assert f() == 1", timeout_s=10)
+        time.sleep(0.5)
+    finally:
+        pattern.write_text(saved)
+    assert verdict is False
+    assert not started.exists() or "python" not in started.read_text(), started.read_text()
+
+
+def test_the_docs_give_each_allowed_call_one_line():
+    """docs/code_reward.md's review: one line per call of the program's list, and none for a call not on it."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "code_reward.md").read_text()
+    section = text.split("## The allow-list, call by call", 1)[1].split("\n## ", 1)[0]
+    lines = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+    assert sorted(lines) == sorted(sandbox_module.PROGRAM_SYSCALLS)

@@ -54,7 +54,8 @@ the program cannot forge:
    the tests is not paid), every test statement ran to the end without an exception within the time limit, and
    the program's process never hung up or sent a malformed reply. An exit or a ``SystemExit``/``KeyboardInterrupt``
    during a call (from a destructor too) reaches the test as an exception ``except Exception`` cannot swallow, and
-   a process that has hung up fails the run even if a test swallows that.
+   a process that has hung up fails the run even if a test swallows that. A stdin/stdout program's ``os._exit(n)``
+   ends its case as ``sys.exit(n)`` does (competitive programs flush and exit fast that way).
 5. The tests and the expected outputs never enter the program's sandbox, as files or in memory: it cannot read
    them. A stdin/stdout program's output is only compared; nothing it prints is read as a verdict.
 """
@@ -76,6 +77,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future, TimeoutError
 from dataclasses import dataclass
@@ -90,6 +92,7 @@ MAX_PROGRAM_BYTES = 1 << 20  # a longer program (its UTF-8) is not paid, and nev
 SANDBOX_MODULE = Path(__file__).resolve().with_name("sandbox.py")
 _INSIDE = "/reco/sandbox.py"  # where the sandboxes see it
 _START_TIMEOUT_S = 120.0  # the first job, on a loaded machine
+ZYGOTE_BYTES = 256 << 20  # the zygote's own memory, in a memory cgroup's bound beside each worker's program
 _HINT = "sandbox='none' runs programs without isolation: only inside a container you trust"
 _PROBE = ("def f():\n    return 1\n", "assert f() == 1\n")
 
@@ -187,6 +190,29 @@ def _tests_view() -> list[str]:
                    "--chdir", "/tmp"]
 
 
+def _memory_cgroup() -> tuple[Path | None, str]:
+    """A cgroup v2 directory delegated to this process, with the memory controller enabled for its children, in which
+    the sandbox may make its own child: (the directory, "") or (None, why not). Only the parent of this process's own
+    cgroup is tried, the subtree it was given; nothing else in the host's hierarchy is touched."""
+    try:
+        path = next(line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::"))
+        mount = next(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                     if line.split(" - ")[-1].startswith("cgroup2 "))
+    except (OSError, StopIteration):
+        return None, "no cgroup v2 hierarchy"
+    ours = Path(mount) / path.lstrip("/")
+    given = ours if ours == Path(mount) else ours.parent  # never above the hierarchy this process sees
+    try:
+        enabled = (given / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return None, f"{given} is not readable"
+    if "memory" not in enabled:
+        return None, f"the memory controller is not enabled for the children of {given}"
+    if not all(os.access(p, os.W_OK) for p in (given, given / "cgroup.procs", ours / "cgroup.procs")):
+        return None, f"{given} is not delegated to uid {os.getuid()}"
+    return given, ""
+
+
 # --as-pid-1: the sandbox's command is pid 1 of its pid namespace, so that its exit kills everything in it
 _NAMESPACES = ["--as-pid-1", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                "--unshare-cgroup-try", "--new-session", "--clearenv", "--cap-drop", "ALL"]
@@ -214,6 +240,8 @@ class LocalSandbox:
         self.zygote: subprocess.Popen | None = None
         self.pending: dict[int, Future] = {}
         self.logs: list = []
+        self.cgroup: Path | None = None
+        _sandboxes.add(self)
 
     # starting and stopping
 
@@ -234,6 +262,7 @@ class LocalSandbox:
                 # uid 65534 inside: a process may map a parent uid 0 into its own user namespace only with
                 # CAP_SETFCAP (Linux 5.12+), and each program's process maps the zygote's uid into its own
                 zygote_cmd = [bwrap, *_NAMESPACES, "--uid", "65534", "--gid", "65534", *_program_view(python), *zygote_cmd]
+                zygote_cmd = self._in_memory_cgroup(zygote_cmd)
             self.workdir = tempfile.mkdtemp(prefix="reco-code-")
             self.logs = [open(os.path.join(self.workdir, name), "w+b") for name in ("server.err", "zygote.err")]
             self.zygote = subprocess.Popen(zygote_cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -248,6 +277,29 @@ class LocalSandbox:
             theirs.close()
         self.pending = {}  # this server's jobs: a reader thread fails only its own server's when it stops
         threading.Thread(target=self._read, args=(self.server, self.pending), daemon=True).start()
+
+    def _in_memory_cgroup(self, command: list[str]) -> list[str]:
+        """`command`, made to start in a memory cgroup of its own where the host delegates one: it then bounds all
+        the programs together (page tables, tmpfs and kernel objects included, which RLIMIT_AS does not count).
+        Where none is delegated, said once in the log."""
+        given, why = _memory_cgroup()
+        if given is None:
+            if not _said_no_cgroup:
+                _said_no_cgroup.append(why)
+                log.warning("reco.rewards.code: no memory cgroup for the sandbox (%s): programs are bounded by RLIMIT_AS, "
+                            "and their page tables and tmpfs only as docs/code_reward.md measures", why)
+            return command
+        self.cgroup = given / f"reco-sandbox-{os.getpid()}-{next(_cgroup_ids)}"
+        try:
+            self.cgroup.mkdir()
+            (self.cgroup / "memory.max").write_text(str(self.workers * (self.memory_bytes + 2 * self.work_bytes)
+                                                        + ZYGOTE_BYTES))
+            if (self.cgroup / "memory.swap.max").exists():
+                (self.cgroup / "memory.swap.max").write_text("0")
+        except OSError as e:
+            raise SandboxUnavailable(f"cannot make a memory cgroup in {given} ({e.strerror})") from None
+        # the command moves itself into it before it starts bwrap, so that every process of the sandbox is counted
+        return ["/bin/sh", "-c", 'echo 0 > "$0" && exec "$@"', str(self.cgroup / "cgroup.procs"), *command]
 
     def _start(self) -> None:
         """Start (or restart) the processes and grade the probe; SandboxUnavailable if that fails."""
@@ -290,6 +342,12 @@ class LocalSandbox:
                     stream.close()
                 except OSError:
                     pass
+        if self.cgroup is not None:
+            try:
+                self.cgroup.rmdir()
+            except OSError:  # a process in it still exiting: left for the host to reap
+                pass
+            self.cgroup = None
         for f in self.logs:
             f.close()
         if self.logs:
@@ -388,6 +446,29 @@ class LocalSandbox:
                 raise SandboxError(f"reco.rewards.code: the code sandbox failed: {answer['error']}")
         verdicts = dict.fromkeys(distinct, False) | dict(zip(runnable, (a["passed"] for a in answers)))
         return [verdicts[job] for job in jobs]
+
+
+_sandboxes: weakref.WeakSet[LocalSandbox] = weakref.WeakSet()
+_said_no_cgroup: list[str] = []
+_cgroup_ids = itertools.count()
+
+
+def _release_in_child() -> None:
+    """In a forked child of the trainer (a DataLoader worker, a pool): the servers' pipes become /dev/null, so that
+    the child holds none of them open and each server still sees its end of input when the trainer dies (a close
+    could flush the parent's unsent bytes, or reach a descriptor the child reuses)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for sandbox in list(_sandboxes):
+        if sandbox.server is not None:
+            for stream in (sandbox.server.stdin, sandbox.server.stdout):
+                try:
+                    os.dup2(null, stream.fileno())
+                except (OSError, ValueError):  # closed by a _stop that the fork interrupted
+                    pass
+    os.close(null)
+
+
+os.register_at_fork(after_in_child=_release_in_child)
 
 
 # -- entry points ---------------------------------------------------------------------------------------

@@ -39,6 +39,9 @@ COMMON_MODULES = ("typing", "collections", "math", "itertools", "functools", "he
                   "random", "copy", "io", "decimal", "fractions", "statistics", "hashlib", "datetime", "json")
 
 
+_exit = os._exit
+
+
 class ProtocolError(Exception):
     """A message that does not parse; from the program's side, it fails the run."""
 
@@ -283,9 +286,16 @@ def serve_program(fd: int) -> None:
 
 
 def _serve_cases(fd: int, code, reply) -> None:
-    """Run the program once per case, as __main__, with the case's input on fd 0 and fd 1 captured."""
+    """Run the program once per case, as __main__, with the case's input on fd 0 and fd 1 captured. ``os._exit(n)``
+    ends a case as ``sys.exit(n)`` does (competitive programs flush and exit fast that way): what it printed counts,
+    and this process lives on to serve the next case."""
     import io
+    import posix
 
+    def exit_case(code: int) -> None:
+        raise SystemExit(code)
+
+    os._exit = posix._exit = exit_case
     home = os.getcwd()
     while (request := receive(fd)) is not None:
         _, text = decode(request)
@@ -619,8 +629,13 @@ CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP = 0x10000000, 0x20000000, 0x40000000, 0x02000000
 NAMESPACES = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP
 FORK = 0x01200000 | 0xFF  # what fork() passes clone: CLONE_CHILD_SETTID, CLONE_CHILD_CLEARTID and the exit signal
-PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 1, 22, 38, 2
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS, SECCOMP_MODE_FILTER = 1, 4, 22, 38, 2
 AF_UNIX = 1
+FUTEX_PRIVATE_FLAG, MAP_HUGETLB = 128, 0x40000
+# madvise advice that touches only the caller's own mappings: NORMAL, RANDOM, SEQUENTIAL, WILLNEED, DONTNEED, FREE,
+# DONTFORK, DOFORK, HUGEPAGE, NOHUGEPAGE, DONTDUMP, DODUMP, WIPEONFORK, KEEPONFORK. Not COLD or PAGEOUT (they evict a
+# shared file's pages from the host's page cache), REMOVE, MERGEABLE (KSM), POPULATE_*, COLLAPSE, HWPOISON.
+MADVICE = (0, 1, 2, 3, 4, 8, 10, 11, 14, 15, 16, 17, 18, 19)
 
 
 def _allow(names: str) -> dict[str, tuple]:
@@ -629,7 +644,7 @@ def _allow(names: str) -> dict[str, tuple]:
 
 def _refuse(names: str, errno: int) -> dict[str, tuple]:
     """Refused with `errno`: ENOSYS where glibc then falls back to an older call, EOPNOTSUPP where Python then
-    treats a feature as absent (shutil's copy of extended attributes)."""
+    treats a feature as absent (shutil's copy of extended attributes); 0 returns 0 without running the call."""
     return dict.fromkeys(names.split(), ("errno", errno))
 
 
@@ -639,32 +654,49 @@ def _only(arg: int, *values: int) -> tuple:
     return ("only", arg, values)
 
 
+def _with(arg: int, bit: int) -> tuple:
+    """Allowed when argument `arg` (its low 32 bits) has `bit` set."""
+    return ("with", arg, bit)
+
+
 def _none_of(arg: int, mask: int) -> tuple:
     """Allowed when argument `arg` (its low 32 bits, all clone() reads of its flags) has none of `mask`'s bits."""
     return ("none_of", arg, mask)
 
 
 PROGRAM_SYSCALLS = {
-    # memory: mapped memory counts in RLIMIT_AS
-    **_allow("brk mmap munmap mremap mprotect madvise msync"),
-    # files: the only writable ones are in its own /work, bounded in size and inodes
-    **_allow("read write readv writev pread64 pwrite64 preadv pwritev preadv2 pwritev2 lseek open openat close "
+    # memory: mapped memory counts in RLIMIT_AS; no huge pages from the host's pool, no advice that evicts the host's
+    # page cache (docs/code_reward.md has one line per call)
+    **_allow("brk munmap mremap mprotect msync"),
+    "mmap": _none_of(3, MAP_HUGETLB),
+    "madvise": _only(2, *MADVICE),
+    # files: the only writable ones are in its own /work, bounded in size and inodes. No flock: every program opens
+    # the same host files, so their locks would be a channel between programs. preadv2/pwritev2 without flags (not
+    # RWF_NOWAIT, which tells whether a page is in the host's page cache)
+    **_allow("read write readv writev pread64 pwrite64 preadv pwritev lseek open openat close "
              "close_range fstat stat lstat newfstatat statx access faccessat faccessat2 readlink readlinkat getdents64 "
              "getcwd chdir fchdir mkdir mkdirat rmdir unlink unlinkat rename renameat renameat2 link linkat symlink "
-             "symlinkat chmod fchmod fchmodat utimensat utime utimes futimesat truncate ftruncate fallocate fsync "
-             "fdatasync statfs fstatfs sendfile copy_file_range flock dup dup2 dup3 umask select pselect6 poll ppoll"),
+             "symlinkat chmod fchmod fchmodat utimensat utime utimes futimesat truncate ftruncate fallocate "
+             "statfs fstatfs sendfile copy_file_range dup dup2 dup3 umask select pselect6 poll ppoll"),
+    "preadv2": _only(5, 0),
+    "pwritev2": _only(5, 0),
+    # fsync of a read-only host file flushes the host disk's cache: they return 0 and do nothing (its own files are
+    # on tmpfs, where they do nothing anyway)
+    **_refuse("fsync fdatasync", 0),
     "ioctl": _only(1, TCGETS, TIOCGWINSZ, FIONREAD, FIONBIO, FIONCLEX, FIOCLEX),  # isatty, close-on-exec, blocking
     "fcntl": _only(1, F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC),  # no locks, leases or pipe sizes
     **_refuse("setxattr lsetxattr fsetxattr getxattr lgetxattr fgetxattr listxattr llistxattr flistxattr removexattr "
               "lremovexattr fremovexattr", EOPNOTSUPP),
     # time, and signals within its own pid namespace (queued ones bounded by RLIMIT_SIGPENDING)
     **_allow("clock_gettime clock_getres clock_nanosleep nanosleep gettimeofday time setitimer getitimer alarm times "
-             "getrusage rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigsuspend rt_sigtimedwait sigaltstack "
+             "rt_sigaction rt_sigprocmask rt_sigreturn rt_sigpending rt_sigsuspend rt_sigtimedwait sigaltstack "
              "kill tgkill pause restart_syscall"),
-    # itself
+    # itself. Not getrusage (its fault and block counts tell whether a page was in the host's page cache) nor
+    # sysinfo (the host's free memory); futex only process-private (a shared futex's key is a host file's page)
     **_allow("getpid getppid gettid getuid geteuid getgid getegid getgroups getresuid getresgid getpgrp getpgid getsid "
-             "uname sysinfo getrandom sched_getaffinity sched_yield getcpu prlimit64 getrlimit setrlimit capget futex "
+             "uname getrandom sched_getaffinity sched_yield getcpu prlimit64 getrlimit setrlimit capget "
              "exit exit_group"),
+    "futex": _with(1, FUTEX_PRIVATE_FLAG),
     **_refuse("clone3", ENOSYS),  # glibc then tries clone, which each list rules on
 }
 ZYGOTE_SYSCALLS = {
@@ -672,15 +704,16 @@ ZYGOTE_SYSCALLS = {
     # a program's sandbox: namespaces, mounts, its uid map, capabilities, limits and filter; forking and reaping it
     **_allow("unshare mount capset setsid wait4 waitid pipe2 set_robust_list"),
     "clone": _none_of(0, 0xFFFFFFFF & ~FORK),
-    "prctl": _only(0, PR_SET_PDEATHSIG, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS),
+    "prctl": _only(0, PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS),
     # the server's socket: jobs and their programs' sockets in (recvmsg), reports out (sendto); Python's socket
     # objects ask their address (getsockname, getpeername) of a descriptor they wrap
     **_allow("recvmsg sendto getsockname getpeername"),
 }
 SERVER_SYSCALLS = {
     **PROGRAM_SYSCALLS,
-    # forking harnesses (and threads, which a dataset's tests may start) and reaping them; no namespaces
-    **_allow("wait4 waitid pipe2 set_robust_list rseq mbind get_mempolicy"),
+    # forking harnesses (and threads, which a dataset's tests may start) and reaping them; no namespaces. Every futex
+    # operation: pthread_join waits on a shared one (no program code runs here)
+    **_allow("wait4 waitid pipe2 set_robust_list rseq mbind get_mempolicy futex"),
     "clone": _none_of(0, NAMESPACES),
     # a socket pair per job, one end passed to the zygote (sendmsg); the zygote's reports (recvfrom)
     "socketpair": _only(0, AF_UNIX),
@@ -699,7 +732,7 @@ def seccomp_filter(machine: str, role: str = "program") -> bytes:
         raise RuntimeError(f"no seccomp filter for the {machine} architecture (x86_64 and aarch64 have one)")
     import struct
 
-    load, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    load, ja, jeq, jge, jset, ret = 0x20, 0x05, 0x15, 0x35, 0x45, 0x06
     kill, allow, refuse = 0x80000000, 0x7FFF0000, 0x00050000
 
     def block(rule: tuple) -> list[tuple]:
@@ -711,6 +744,8 @@ def seccomp_filter(machine: str, role: str = "program") -> bytes:
         argument = (load, 0, 0, 16 + 8 * rule[1])  # struct seccomp_data: args[i] at 16 + 8 i, low half first
         if rule[0] == "only":
             return [argument, *[i for v in rule[2] for i in ((jeq, 0, 1, v), (ret, 0, 0, allow))], (ret, 0, 0, refuse | EPERM)]
+        if rule[0] == "with":
+            return [argument, (jset, 0, 1, rule[2]), (ret, 0, 0, allow), (ret, 0, 0, refuse | EPERM)]
         return [argument, (jset, 0, 1, rule[2]), (ret, 0, 0, refuse | EPERM), (ret, 0, 0, allow)]
 
     def search(entries: list[tuple[int, list]]) -> list[tuple]:
@@ -719,6 +754,8 @@ def seccomp_filter(machine: str, role: str = "program") -> bytes:
             return [i for number, code in entries for i in ((jeq, 0, len(code), number), *code)] + [(ret, 0, 0, refuse | EPERM)]
         middle = len(entries) // 2
         below, above = search(entries[:middle]), search(entries[middle:])
+        if len(below) > 255:  # beyond a conditional jump's reach: over `below` with an unconditional one
+            return [(jge, 0, 1, entries[middle][0]), (ja, 0, 0, len(below)), *below, *above]
         return [(jge, len(below), 0, entries[middle][0]), *below, *above]
 
     numbers = SYSCALL_NUMBERS[machine]
@@ -733,7 +770,9 @@ def seccomp_filter(machine: str, role: str = "program") -> bytes:
 
 # -- the zygote (program side) ---------------------------------------------------------------------------
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x1000, 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 0x1000, 0x4000, 0x40000
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+DEVICES = tuple(f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom"))  # code.py binds these
 WORK_INODES = 4096  # files and directories a program may make in /work: bounds the kernel memory they take
 MAX_FILES = 64  # a program's open file descriptors
 MAX_PENDING_SIGNALS = 32  # signals queued to it (RLIMIT_SIGPENDING, counted in its own user namespace)
@@ -825,6 +864,10 @@ def _sandbox_process(kernel: _Kernel, control, channel: int, status: int, job: t
                 except OSError as e:
                     raise OSError(e.errno, f"writing /proc/self/{name}: {e.strerror}") from None
             kernel.mount(None, "/", None, MS_REC | MS_PRIVATE)
+            for device in DEVICES:  # read-only (no chmod, no utime), devices still (bwrap's --remount-ro adds nodev)
+                flags = os.statvfs(device).f_flag  # a remount must keep the flags locked by the user namespace
+                kept = flags & (MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME) | MS_RELATIME * bool(flags & os.ST_RELATIME)
+                kernel.mount(None, device, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | kept)
             kernel.mount("tmpfs", WORK, "tmpfs", MS_NOSUID | MS_NODEV,
                          f"size={work_bytes},nr_inodes={WORK_INODES},mode=0700")
             kernel.mount(WORK, "/tmp", None, MS_BIND)
@@ -875,6 +918,7 @@ def _program_process(kernel: _Kernel, channel: int, status: int, workdir: str, l
         for limit, value in limits:
             resource.setrlimit(limit, (value, value + (limit == resource.RLIMIT_CPU)))
         if program_filter is not None:
+            kernel.prctl(PR_SET_DUMPABLE, 0)  # no core handler of the host's (RLIMIT_CORE does not bind a pipe's)
             kernel.drop_capabilities()
             kernel.install_seccomp(program_filter)
         os.write(status, b"ok\n")
@@ -885,7 +929,7 @@ def _program_process(kernel: _Kernel, channel: int, status: int, workdir: str, l
     try:
         serve_program(channel)
     finally:
-        os._exit(0)
+        _exit(0)  # os._exit itself, which a stdin/stdout program's run replaces
 
 
 def run_zygote(control_fd: int, isolate: bool) -> None:
@@ -954,9 +998,11 @@ def run_zygote(control_fd: int, isolate: bool) -> None:
             tell(job_id, text)
 
     def gone(job_id: int, run: dict, told: bool) -> None:
-        """Its program's pid namespace is empty (`told`: the sandbox process has told the server so)."""
+        """Its program's pid namespace is empty (`told`: the sandbox process has told the server so). A run ended
+        before its program was set up (a harness that finished first, or its wall-clock limit) is no failure of
+        the sandbox: its harness's verdict, False, stands."""
         if not run["gone"]:
-            report(job_id, run, f"{ISOLATE_ERROR}: the program's process died while being set up")
+            report(job_id, run, "ok" if run["ended"] else f"{ISOLATE_ERROR}: the program's process died while being set up")
             run["gone"], run["program"] = True, None  # its pid may be another process's now
             if not told:
                 tell(job_id, "gone")
@@ -1074,7 +1120,9 @@ def run_server(control_fd: int, workers: int, memory_bytes: int, work_bytes: int
             pass
     control = socket.socket(fileno=control_fd)
     if isolate:
-        _Kernel().install_seccomp(seccomp_filter(os.uname().machine, "server"))
+        kernel = _Kernel()
+        kernel.prctl(PR_SET_DUMPABLE, 0)  # nor a harness's crash
+        kernel.install_seccomp(seccomp_filter(os.uname().machine, "server"))
     gc.freeze()  # a forked harness's garbage collections then leave the server's pages shared
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
