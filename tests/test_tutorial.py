@@ -241,7 +241,8 @@ def test_the_toy_runs_the_default_beside_group_all_and_the_prose_quotes_its_numb
     quoted = [p256["GRPO"], p256["ReCo group/all"], p256["ReCo batch/positive"], toy.exact_pass_at_k(new, 1),
               toy.exact_pass_at_k(grpo, 1), new["update_share_easy"], grpo["update_share_easy"], w[0, 0], w[0, 1]]
     prose = _prose((TUTORIAL / chapters.CHAPTERS[2]).read_text())
-    toy_paragraph = prose[prose.index("Batch/positive acts between groups"):]
+    start = prose.index("With shared logits, every update")
+    toy_paragraph = prose[start:prose.index("\n\n", start)]
     for x in quoted:
         assert f"{float(x):.3f}" in toy_paragraph, f"chapter 3 does not quote the toy's {float(x):.3f}"
 
