@@ -158,13 +158,14 @@ def test_methods_without_response_weights_train_bit_identically_under_the_old_an
 # ---------------------------------------------------------------------------- reco_scaled at world size 2
 
 def scaled_case() -> tuple[reco_mini.LossConfig, torch.Tensor, list, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Four groups of four with repeats (for count) and a spread of probabilities, one group all correct."""
+    """Four groups of four with repeats (for count) and a spread of probabilities, one group all correct. Rank 0
+    takes the first two groups (mean 1/m 0.875), rank 1 the last two (0.375): a per-rank mean would be wrong."""
     cfg = reco_mini.LossConfig(occurrence="count", occurrence_norm="batch", occurrence_apply="positive")
     g = torch.Generator().manual_seed(3)
     seq_logp = -torch.rand(4, 4, generator=g, dtype=torch.float64) * 4
-    responses = [[1], [1], [2], [3], [4], [4], [4], [5], [6], [7], [8], [9], [1], [1], [1], [1]]
+    responses = [[1], [1], [2], [3], [6], [7], [8], [9], [4], [4], [4], [5], [1], [1], [1], [1]]
     lengths = torch.tensor([len(r) for r in responses], dtype=torch.float64).view(4, 4)
-    rewards = torch.tensor([[1, 0, 0, 1], [1, 1, 1, 0], [0, 0, 0, 1], [1, 1, 1, 1]], dtype=torch.float)
+    rewards = torch.tensor([[1, 0, 0, 1], [0, 0, 0, 1], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.float)
     return cfg, seq_logp, responses, lengths, rewards, reco_mini.group_advantages(rewards)
 
 
@@ -195,10 +196,27 @@ def test_batch_norm_at_world_size_two_equals_world_size_one(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = torch.load(out, weights_only=False)
     cfg, seq_logp, responses, lengths, rewards, A = scaled_case()
+    inv_m = occurrence_weights(seq_logp, "count", responses, lengths, norm="none")
+    assert [inv_m[:2].mean().item(), inv_m[2:].mean().item(), inv_m.mean().item()] == [0.875, 0.375, 0.625]
+    whole = occurrence_weights(seq_logp, "count", responses, lengths, A, "positive", norm="batch")  # reco_mini's
+    torch.testing.assert_close(got["w"], whole, rtol=0, atol=1e-12)
     one = response_weights(cfg, seq_logp, responses, lengths, A)  # a single process: the whole batch
-    torch.testing.assert_close(got["w"], one, rtol=0, atol=1e-12)
+    torch.testing.assert_close(one, whole, rtol=0, atol=1e-12)
     assert not torch.allclose(one, occurrence_weights(seq_logp, "count", responses, lengths, A, "positive"))  # != group
     assert got["shares"] == pytest.approx(update_shares(update_sizes(rewards, A.flatten(), one.flatten())))
+
+
+def test_reco_scaled_averages_one_over_m_in_float64_as_reco_mini_does():
+    """reco_scaled rounded 1/m to float32 before averaging it, so some weights differed from reco_mini's in the
+    last bit (issue 60); the float32 log-probs of a large batch must give reco_mini's weights exactly."""
+    from reco_scaled.trainer import response_weights
+
+    g = torch.Generator().manual_seed(0)
+    seq_logp = -torch.rand(64, 8, generator=g) * 3  # float32, as the trainer's are
+    A = torch.randn(64, 8, generator=g)
+    cfg = reco_mini.LossConfig(occurrence="sequence", occurrence_norm="batch", occurrence_apply="positive")
+    expected = occurrence_weights(seq_logp, "sequence", advantages=A, apply="positive", norm="batch")
+    assert torch.equal(response_weights(cfg, seq_logp, None, None, A), expected)
 
 
 if __name__ == "__main__":
