@@ -5,9 +5,10 @@ checkout: their usage lines name them, reco-train finds a shipped config by name
 work.
 
 Both build from a copy of the checkout's files (what a fresh clone holds): setuptools also packs what an earlier build
-left in the checkout's build/ folder, such as the flat modules that the package reco/ replaced. The venv is built with
---system-site-packages and --no-build-isolation, so nothing is downloaded: the system's torch 2.13.0 (CPU) and the
-rest satisfy the pins, and pip installs only this project.
+left in the checkout's build/ folder, such as the flat modules that the package reco/ replaced. The venv sees the
+packages of the interpreter running the tests (tests/venv_helper.py, whether that is a base installation or a venv), so
+its torch 2.13.0 (CPU) and the rest satisfy the pins and pip installs only this project; the build gets pyproject's
+own build requirements ([build-system]) in pip's isolated build environment, whatever setuptools the interpreter has.
 """
 from __future__ import annotations
 
