@@ -202,7 +202,7 @@ if verl is not None:
         transfer_queue.close()
         ray.shutdown()
 
-    def put_rollout(seed: int = 0) -> KVBatchMeta:
+    def put_rollout(seed: int = 0, rewards: list = REWARDS) -> KVBatchMeta:
         """Rows in TransferQueue as verl's agent loop leaves them, verl's own padding rows added; the handle as verl's
         replay buffer samples it (no field list: the old pass fetches every field)."""
         g = torch.Generator().manual_seed(seed)
@@ -216,7 +216,7 @@ if verl is not None:
                 if p == 1 and i == 1:
                     mask[2] = 0  # a tool-output token inside a response
                 score = torch.zeros(len(resp))
-                score[-1] = REWARDS[p][i]
+                score[-1] = rewards[p][i]
                 n = len(prompt) + len(resp)
                 rows.append(dict(uid=f"run{run}prompt{p}", prompts=prompt, responses=response, response_mask=mask,
                                  loss_mask=mask, input_ids=torch.cat([prompt, response]), position_ids=torch.arange(n),
@@ -256,10 +256,10 @@ if verl is not None:
             self.seen = ray.get(self.actor.last_update.remote())
             return output
 
-    def run_trainer_steps(config, worker, seed=0):
+    def run_trainer_steps(config, worker, seed=0, rewards=REWARDS):
         """verl's real _compute_old_log_prob, _compute_advantage and _update_actor through the plugin's trainer, on the
         real TransferQueue; the update's micro-batch is what verl's bridge fetched for the handle the trainer passed."""
-        batch = put_rollout(seed)
+        batch = put_rollout(seed, rewards)
         rows = read_rows(batch, ["prompts", "responses", "response_mask", "input_ids"])
         n_tok = sum(len(r["input_ids"]) for r in rows)
         g = torch.Generator().manual_seed(seed + 1)
@@ -390,6 +390,63 @@ if verl is not None:
         assert adv[:12].abs().min() > 0  # the real rows
         torch.testing.assert_close(got, adv * scale)
         assert not RECO_FIELDS & set(data.keys())
+
+    def test_positive_reads_the_focal_scaled_advantages_as_reco_mini_does(base_config, data_plane):
+        """Group 0's rewards are all > 0, so F-GRPO scales its advantages to 0 and `positive` gives its rows weight 1,
+        as reco_mini does; the plugin used to read the advantages before the scale (issue 60: 0.539 against 1)."""
+        rewards = [[1.0, 0.5, 0.5, 0.5], REWARDS[1], REWARDS[2]]
+        cfg = config_with(base_config, reco__occurrence="count", reco__focal_gamma=2.0, reco__occurrence_apply="positive",
+                          reco__occurrence_norm="batch")
+        trainer, metrics, rows, *_ = run_trainer_steps(cfg, data_plane, rewards=rewards)
+        P, G = len(GROUP_RESPONSES), len(GROUP_RESPONSES[0])
+        R = torch.tensor(rewards, dtype=torch.float64)
+        adv = torch.tensor([r["advantage"] for r in rows[: P * G]], dtype=torch.float64).view(P, G)  # verl's GRPO
+        scaled = adv * reco_mini.focal_scale(R, 2.0)[:, None]
+        responses = [r for g in GROUP_RESPONSES for r in g]
+        lengths = torch.tensor([[len(r) for r in g] for g in GROUP_RESPONSES], dtype=torch.float64)
+
+        def weights(advantages):
+            return reco_mini.occurrence_weights(torch.zeros(P, G, dtype=torch.float64), "count", responses, lengths,
+                                                advantages, "positive", norm="batch").flatten().float()
+
+        got = trainer.actor_rollout_wg.seen["data"]["reco_weights"]
+        torch.testing.assert_close(got[: P * G], weights(scaled))
+        assert not torch.allclose(weights(scaled), weights(adv))  # before the scale, group 0's first row is weighed
+        assert metrics["reco/w_max"] == pytest.approx(weights(scaled).max().item())
+
+    # ---------------------------------------------------------------- resume and parameter sync
+
+    def test_a_resume_under_another_loss_is_refused(base_config, tmp_path, monkeypatch):
+        """The checkpoint folder holds the run's loss settings; resuming it under others is refused, naming each."""
+        from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+        loaded = []
+        monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", lambda self: None)  # verl's actor, dataloader: not here
+        monkeypatch.setattr(PPOTrainerSync, "_load_checkpoint", lambda self: loaded.append(True))
+
+        def trainer_with(**reco):
+            trainer = plugin.RecoTrainer.__new__(plugin.RecoTrainer)  # the hooks read only config and reco
+            trainer.config = config_with(base_config, trainer__default_local_dir=str(tmp_path), trainer__resume_mode="auto",
+                                         **{f"reco__{k}": v for k, v in reco.items()})
+            trainer.reco, trainer.global_steps = plugin.check_config(trainer.config), 3
+            return trainer
+
+        trainer_with(occurrence_norm="group", occurrence_apply="all")._save_checkpoint()
+        (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")  # as verl's _save_checkpoint writes it
+        with pytest.raises(plugin.RecoConfigError) as err:
+            trainer_with()._load_checkpoint()
+        assert "occurrence_norm='group' there, 'batch' here" in str(err.value)
+        assert "occurrence_apply='all' there, 'positive' here" in str(err.value) and not loaded
+        trainer_with(occurrence_norm="group", occurrence_apply="all")._load_checkpoint()
+        assert loaded == [True]  # the same loss resumes
+
+    def test_parameter_sync_step_above_one_is_refused_only_with_a_batch_mean(base_config):
+        with pytest.raises(plugin.RecoConfigError) as err:
+            plugin.check_config(config_with(base_config, trainer__v1__sync__parameter_sync_step=2))
+        assert err.value.name == "trainer.v1.sync.parameter_sync_step" and "reco.occurrence_norm batch" in str(err.value)
+        per_group = config_with(base_config, trainer__v1__sync__parameter_sync_step=2, reco__occurrence_norm="group",
+                                reco__variance_norm="none")
+        assert plugin.check_config(per_group).occurrence_norm == "group"
 
     # ---------------------------------------------------------------- verl's own actor worker (FSDP2 on CPU), two steps
 
