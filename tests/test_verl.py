@@ -18,6 +18,7 @@ import copy
 import dataclasses
 import importlib.util
 import itertools
+import json
 import math
 import os
 import re
@@ -454,12 +455,18 @@ if verl is not None:
     def actor_workers(data_plane, tmp_path_factory):
         """verl's ActorRolloutRefWorker (role actor: FSDP2 engine, gloo) on a tiny random Qwen2, in verl's RayWorkerGroup.
 
-        The worker group runs with use_gpu=False on the CPU platform of reco_scaled.integrations.verl_cpu."""
+        The worker group runs with use_gpu=False on the CPU platform of reco_scaled.integrations.verl_cpu. One
+        mini-batch (both prompts) of two micro-batches (4 rows each)."""
+        return actor_worker_group(tmp_path_factory.mktemp("tiny_qwen2"),
+                                  f"actor_rollout_ref.actor.ppo_mini_batch_size={ACTOR_PROMPTS}",
+                                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
+
+    def actor_worker_group(path: Path, *split: str):
+        """actor_workers' worker group, with the mini- and micro-batch settings `split`."""
         from transformers import GenerationConfig
         from verl.single_controller.ray.base import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
         from verl.workers.engine_workers import ActorRolloutRefWorker
 
-        path = tmp_path_factory.mktemp("tiny_qwen2")
         tokenizer = countdown.char_tokenizer()
         torch.manual_seed(0)
         model = countdown.tiny_model(tokenizer, hidden=64, layers=2)
@@ -472,8 +479,7 @@ if verl is not None:
                 f"actor_rollout_ref.rollout.n={ACTOR_GROUP}", f"actor_rollout_ref.rollout.temperature={TEMPERATURE}",
                 f"actor_rollout_ref.model.path={path}", "+actor_rollout_ref.model.override_config.attn_implementation=eager",
                 "actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.strategy=fsdp2",
-                "actor_rollout_ref.actor.optim.lr=1e-3", f"actor_rollout_ref.actor.ppo_mini_batch_size={ACTOR_PROMPTS}",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                "actor_rollout_ref.actor.optim.lr=1e-3", *split,
                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
                 "+reco.method=reco", "+reco.occurrence=count"])
         pool = RayResourcePool(process_on_nodes=[1], use_gpu=False, max_colocate_count=1)
@@ -531,6 +537,55 @@ if verl is not None:
             assert metrics["reco/w_min"] < 1.0 < metrics["reco/w_max"]  # the duplicate in group 0
             assert 0.0 < metrics["actor/reco/rho_mean"] <= metrics["actor/reco/rho_max"] <= trainer.reco.variance_cap
             assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
+
+    def weights_reaching_the_loss(cfg, workers, model, tokenizer, out: Path) -> tuple[dict, dict, int]:
+        """One step of verl's pipeline on `workers`, the loss recording what each micro-batch gets: (the weight each
+        row (its input_ids) reached the loss with, reco_mini's count weights over the whole batch, the loss calls)."""
+        cfg = config_with(cfg, reco__occurrence="count", reco__occurrence_norm="batch", reco__occurrence_apply="all")
+        trainer = plugin.RecoTrainer(cfg)
+        trainer.actor_rollout_wg = workers
+        workers.set_loss_fn(verl_tq_worker.RecordingLoss(trainer.make_loss(), str(out)))
+        metrics = {}
+        batch = trainer._compute_old_log_prob(sample_rollout(model, tokenizer, 0), metrics)
+        batch = trainer._compute_advantage(batch, metrics)
+        rows = read_rows(batch, ["input_ids", "responses", "advantages"])
+        trainer._update_actor(batch, metrics)
+        transfer_queue.kv_clear(keys=batch.keys, partition_id=batch.partition_id)
+        responses = [r["responses"].tolist() for r in rows]
+        lengths = torch.tensor([len(r) for r in responses], dtype=torch.float64).view(ACTOR_PROMPTS, ACTOR_GROUP)
+        adv = torch.stack([r["advantages"][0] for r in rows]).double().view(ACTOR_PROMPTS, ACTOR_GROUP)
+        whole = reco_mini.occurrence_weights(torch.zeros_like(lengths), "count", responses, lengths, adv, "all",
+                                             norm="batch").flatten()
+        expected = {tuple(r["input_ids"].tolist()): w.item() for r, w in zip(rows, whole)}
+        got = {}
+        for line in out.read_text().splitlines():
+            record = json.loads(line)
+            got |= {tuple(ids): w for ids, w in zip(record["input_ids"], record["weights"])}
+        per_group = reco_mini.occurrence_weights(torch.zeros_like(lengths), "count", responses, lengths, adv, "all")
+        assert not torch.allclose(whole, per_group.flatten())  # a mean over less than the batch would differ
+        return got, expected, len(out.read_text().splitlines())
+
+    def test_every_micro_batch_gets_the_whole_batchs_weights(actor_workers, tmp_path):
+        """One mini-batch in two micro-batches on verl's real actor worker: each row reaches the loss with reco_mini's
+        weight over the whole batch (1/m divided by its mean over every row)."""
+        cfg, workers, model, tokenizer = actor_workers
+        got, expected, calls = weights_reaching_the_loss(cfg, workers, model, tokenizer, tmp_path / "seen.jsonl")
+        assert calls == 2 and got.keys() == expected.keys()
+        assert got == pytest.approx(expected, rel=1e-6)
+
+    def test_mini_batches_and_dynamic_batch_size_keep_the_whole_batchs_weights(actor_workers, tmp_path):
+        """Two mini-batches (one prompt each) cut into micro-batches by token count (use_dynamic_bsz): the same."""
+        cfg, _, model, tokenizer = actor_workers
+        _, workers, *_ = actor_worker_group(tmp_path / "model", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                                            "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                                            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24")
+        try:
+            got, expected, calls = weights_reaching_the_loss(cfg, workers, model, tokenizer, tmp_path / "seen.jsonl")
+        finally:
+            for worker in workers.workers:
+                ray.kill(worker)
+        assert calls > 2 and got.keys() == expected.keys()
+        assert got == pytest.approx(expected, rel=1e-6)
 
     # ---------------------------------------------------------------- end to end: verl's main_ppo, two steps on CPU
 
