@@ -83,25 +83,6 @@ for args, expected in json.loads({cases!r}):
     got = _plain(candidate(*args))
     assert got == expected{apps}
 """
-# EvalPlus's tests (HumanEval+, MBPP+) compare floats with numpy's allclose, which broadcasts: an empty list or a
-# wrong-shaped array against the expected value compares nothing and passes. Prepended to tests that use it, this
-# makes both calls fail unless the shapes match (in the harness's own process: the tests' numpy, not the program's)
-SAME_SHAPE = """\
-import numpy as _np
-
-
-def _same_shape(compare):
-    def checked(actual, desired, *args, **kwargs):
-        if _np.shape(actual) != _np.shape(desired):
-            raise AssertionError(f"shapes {_np.shape(actual)} and {_np.shape(desired)} differ")
-        return compare(actual, desired, *args, **kwargs)
-    return checked
-
-
-_np.allclose = _same_shape(_np.allclose)
-_np.testing.assert_allclose = _same_shape(_np.testing.assert_allclose)
-
-"""
 APPS_RULE = (" or isinstance(expected, list) and len(expected) == 1 and (got == expected[0] or isinstance(got, list)"
              " and [_plain(x) for x in got] == expected[0])")
 
@@ -172,12 +153,7 @@ def humaneval_tests(row: dict) -> str:
     helpers = [node for node in prompt if isinstance(node, ast.FunctionDef) and node.name != entry and node.name in named]
     imports = [node for node in prompt if isinstance(node, (ast.Import, ast.ImportFrom))] if helpers else []
     header = "".join(ast.get_source_segment(row["prompt"], node) + "\n\n" for node in imports + helpers)
-    return _same_shapes(header + (test if calls_check else f"{test}\ncheck({entry})\n"))
-
-
-def _same_shapes(tests: str) -> str:
-    """`tests`, with SAME_SHAPE first where they compare with numpy's allclose (EvalPlus's float checks)."""
-    return SAME_SHAPE + tests if "allclose" in tests else tests
+    return header + (test if calls_check else f"{test}\ncheck({entry})\n")
 
 
 def _humaneval(row: dict, where: str) -> dict:
@@ -197,7 +173,7 @@ def _mbpp(row: dict, where: str, plus: bool) -> dict:
             body = f"candidate = {entry}\n{body}"
     else:
         body = "\n".join(assertions) + "\n"
-    return {"prompt": row.get("prompt") or row.get("text"), "entry_point": entry, "tests": _same_shapes(setup + body),
+    return {"prompt": row.get("prompt") or row.get("text"), "entry_point": entry, "tests": setup + body,
             "solution": row["code"]}
 
 
