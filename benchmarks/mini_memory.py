@@ -57,7 +57,6 @@ sys.path.insert(0, str(ROOT))
 
 import reco_mini  # noqa: E402
 from reco import hf  # noqa: E402
-from reco.data import math as math_data  # noqa: E402
 from reco.tasks import TASKS  # noqa: E402
 
 GB = 1e9
@@ -115,7 +114,7 @@ def measure(spec: dict) -> dict:
             "--device", spec["device"], "--out", spec["out"]] + (SETTINGS[setting] or [])
     cfg = reco_mini.parse_config(argv)
     tokenizer, model = hf.load_hf(cfg.model, cfg.device)
-    problems = math_data.math_splits(cfg.data)["train"]
+    problems = TASKS["math"].splits(cfg)["train"]
     prompt_len = len(tokenizer(TASKS["math"].prompt(problems[0], tokenizer)).input_ids)
     base = copy.deepcopy(model).requires_grad_(False) if setting == "before" else None
     Path(cfg.out).mkdir(parents=True, exist_ok=True)

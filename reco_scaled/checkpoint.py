@@ -9,6 +9,7 @@ config). A checkpoint is written into step_000004.tmp/ and renamed when every ra
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -26,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from reco_mini import LossConfig
 from reco_scaled import distributed
 
 
@@ -50,8 +52,9 @@ def latest(root: Path) -> Path | None:
 
 # The keys that make a run what it is: a checkpoint written under other values is another run's, and resuming it
 # would continue that run as this one (a "config keys changed" note was all a resume of ReCo as GRPO used to get).
-IDENTITY_KEYS = ("task", "data.train", "model.path", "algo.method", "algo.occurrence", "algo.token_ratio",
-                 "algo.focal_gamma")
+# Every reco_mini.LossConfig field changes the loss, so all of them are here; lr, steps and the like are not.
+IDENTITY_KEYS = ("task", "data.train", "model.path", "algo.method",
+                 *(f"algo.{f.name}" for f in dataclasses.fields(LossConfig)))
 
 
 def resume_point(cfg) -> Path | None:

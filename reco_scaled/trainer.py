@@ -8,11 +8,11 @@ the forward only. The reference model is built only when algo.kl_coef > 0; witho
 not logged (docs/design.md §2 lists it; it would cost a second model and a forward pass per step).
 The rollout engine sleeps during the update and is woken in the order weights -> sync -> KV cache.
 
-Distribution: each rank owns prompts_per_step / world_size whole groups, so advantages and response
-weights (reco_mini.group_advantages, reco_mini.occurrence_weights) need no communication, but for
-algo.occurrence_norm batch. What is global is all-reduced: mean V_old over all response tokens (docs/design.md
-§3.3), the mean of 1/m_i over all rollouts (occurrence_norm batch) and each mini-batch's loss normaliser
-(its token count, or sequence count), fixed before the micro-batch loop. Mini-batch
+Distribution: each rank owns prompts_per_step / world_size whole groups, so advantages
+(reco_mini.group_advantages) need no communication. What is global is all-reduced: the mean of 1/m_i over every
+rollout of the step on every rank, which ReCo's default response weights divide by (occurrence_norm batch;
+reco_mini.occurrence_weights), mean V_old over all response tokens (docs/design.md §3.3) and each mini-batch's
+loss normaliser (its token count, or sequence count), fixed before the micro-batch loop. Mini-batch
 m holds the rollouts with local index i = m (mod minibatches) on every rank, which is the same set
 of rollouts at any world size; the loss is therefore independent of the world size and of the
 micro-batch size.
@@ -276,10 +276,11 @@ class Trainer:
 
 def response_weights(loss_cfg, seq_logp: Tensor, responses: list, lengths: Tensor, advantages: Tensor) -> Tensor:
     """reco_mini.occurrence_weights of this rank's groups [Pr, G]; under occurrence_norm batch, 1/m_i is divided by
-    its mean over every rank's rollouts (all-reduced, like V_old's), so the weights do not depend on the world size."""
+    its mean over every rank's rollouts (all-reduced in float64, like reco_mini's mean), so the weights do not depend
+    on the world size."""
     batch_mean = None
-    if loss_cfg.occurrence_norm == "batch":
-        inv_m = occurrence_weights(seq_logp, loss_cfg.occurrence, responses, lengths, apply="all", norm="none").double()
+    if loss_cfg.occurrence_norm == "batch":  # float64 in, float64 1/m out: not rounded to seq_logp's dtype first
+        inv_m = occurrence_weights(seq_logp.double(), loss_cfg.occurrence, responses, lengths, apply="all", norm="none")
         batch_mean = distributed.all_sum(inv_m.sum()) / distributed.all_sum(inv_m.new_tensor(float(inv_m.numel())))
     return occurrence_weights(seq_logp, loss_cfg.occurrence, responses, lengths, advantages, loss_cfg.occurrence_apply,
                               norm=loss_cfg.occurrence_norm, batch_mean=batch_mean)

@@ -119,3 +119,48 @@ def test_above_main_reco_mini_reaches_the_tasks_and_at_most_three_other_modules(
     head = "def rollout(cfg: Config, model, tokenizer, problems: list, n: int, gen: torch.Generator) -> dict:\n"
     more = source.replace(head, head + "    report.write_results({}, cfg.out)\n", 1)  # a fourth module, above main
     assert more != source and len(package_modules_above_main(more) - {"reco.tasks"}) == 4
+
+
+def package_imports(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module of reco/ -> the modules of reco/ it imports anywhere in its file (inside functions too)."""
+    modules = {p.removesuffix(".py").removesuffix("/__init__").replace("/", "."): p for p in PACKAGE}
+    graph = {}
+    for module, path in modules.items():
+        graph[module] = set()
+        for node in ast.walk(ast.parse((root / path).read_text(), filename=path)):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                         for a in node.names]
+            else:
+                continue
+            graph[module] |= {n for n in names if n in modules and n != module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each circle a -> b -> ... -> a of the graph, found by a depth-first walk from every module."""
+    circles = []
+    for start in sorted(graph):
+        stack = [(start, [start])]
+        while stack:
+            module, path = stack.pop()
+            for imported in sorted(graph[module]):
+                if imported == start:
+                    circles.append(path + [start])
+                elif imported not in path and imported > start:  # each circle once, from its smallest module
+                    stack.append((imported, path + [imported]))
+    return circles
+
+
+def test_the_circle_finder_finds_a_circle_inside_a_function():
+    assert import_circles({"reco.cli": {"reco.data.math"}, "reco.data.math": {"reco.cli"}, "reco.log": set()}) == [
+        ["reco.cli", "reco.data.math", "reco.cli"]]
+
+
+def test_no_module_of_the_package_imports_itself_through_another():
+    """reco/cli.py took missing_file from reco/data/math.py, which took fail from reco/cli.py (issue 60)."""
+    graph = package_imports()
+    assert graph["reco.cli"] and graph["reco.tasks"]  # the walk sees the package's imports
+    assert import_circles(graph) == []

@@ -130,9 +130,13 @@ def test_writes_to_home_the_checkout_and_tmp_stay_inside(sandbox):
 
 
 def test_home_shows_nothing_but_the_interpreter(sandbox):
-    """$HOME exists in the sandbox only where the interpreter is installed under it (pyenv): then the program sees
-    the directories leading to the installation and the installation's files, nothing else of $HOME."""
-    python_dirs = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
+    """$HOME exists in the sandbox only where the interpreter is installed under it (pyenv, or a venv such as
+    ~/.venvs/reco): then the program sees the directories leading to the installation and its standard library (a
+    venv's platstdlib is the venv's, with its site-packages hidden), nothing else of $HOME."""
+    import sysconfig
+
+    stdlibs = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")]
+    python_dirs = {f(p) for p in (sys.base_prefix, sys.base_exec_prefix, *stdlibs) for f in (os.path.realpath, str)}
     body = (f"seen = []\nfor top, dirs, files in os.walk({str(HOME)!r}):\n"
             "    seen += [os.path.join(top, n) for n in dirs + files]\n"
             f"return [p for p in seen if not any(p == d or p.startswith(d + '/') or d.startswith(p + '/')\n"
@@ -446,14 +450,14 @@ def test_the_sandbox_runs_from_a_virtualenv(tmp_path):
     """In a virtualenv (verl's .venv-verl, a user's), sysconfig's platstdlib is the venv's directory, not the base
     installation's: the sandbox still finds the extension modules' shared libraries (libffi for ctypes), and grades."""
     import subprocess
-    import sys
     from pathlib import Path
 
+    from venv_helper import venv_seeing_these_packages
+
     root = Path(__file__).resolve().parents[1]
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(tmp_path / "venv")],
-                   check=True, timeout=120)
+    python = venv_seeing_these_packages(tmp_path / "venv")  # from a base interpreter or from a venv alike
     script = ("from reco.rewards import code\n"
               "print(code.grade_many(['def f():\\n    return 1\\n', 'def f():\\n    return 2\\n'], 'assert f() == 1\\n'))")
-    run = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), "-c", script], capture_output=True, text=True,
+    run = subprocess.run([str(python), "-c", script], capture_output=True, text=True,
                          timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
     assert run.returncode == 0 and run.stdout.strip() == "[True, False]", run.stderr[-2000:]

@@ -6,10 +6,10 @@ repository (parquet/JSONL files and the README's ``configs``). The hub itself is
 """
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from reco.data import math as math_data
 from reco.data.math import DataError, load_problems, parse_source
 from reco.tasks import TASKS
 
@@ -196,7 +196,7 @@ def test_reco_mini_entry_point_reports_a_bad_dataset_in_one_line(tmp_path, capsy
     datasets.Dataset.from_list([{"question": "q", "explanation": "e"}]).save_to_disk(str(tmp_path / "noanswer"))
     capsys.readouterr()  # the save's progress bar
     with pytest.raises(SystemExit) as exc:
-        math_data.math_splits(str(tmp_path / "noanswer"))
+        TASKS["math"].splits(SimpleNamespace(data=str(tmp_path / "noanswer"), eval_data=""))
     assert exc.value.code == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert "noanswer:row 1: missing field 'answer' or" in line and "(its fields: question, explanation)" in line

@@ -28,7 +28,8 @@ def test_none_gives_a_group_of_copies_total_weight_g_over_one_plus_g_minus_one_p
         lp = torch.full((1, G), p, dtype=torch.float64).log()
         w = occurrence_weights(lp, "sequence", apply="all", norm="none")
         assert w.sum().item() == pytest.approx(G / (1 + (G - 1) * p), rel=1e-12)
-        assert occurrence_weights(lp, "sequence", apply="all", norm="group").sum().item() == pytest.approx(G, rel=1e-12)  # GRPO's total
+        group = occurrence_weights(lp, "sequence", apply="all", norm="group")
+        assert group.sum().item() == pytest.approx(G, rel=1e-12)  # GRPO's total
 
 
 def test_batch_mean_is_one_and_a_concentrated_group_gives_up_weight():
@@ -39,14 +40,16 @@ def test_batch_mean_is_one_and_a_concentrated_group_gives_up_weight():
     assert w.mean().item() == pytest.approx(1.0, rel=1e-12)
     share = w[0].sum().item() / w.sum().item()
     assert share == pytest.approx(inv[0] / (inv[0] + inv[1]), rel=1e-12) and share < 0.25
-    assert occurrence_weights(lp, "sequence", apply="all", norm="group")[0].sum().item() == pytest.approx(G)  # group: half the batch's weight
+    group = occurrence_weights(lp, "sequence", apply="all", norm="group")
+    assert group[0].sum().item() == pytest.approx(G)  # group: half the batch's weight
 
 
 def test_batch_mean_of_a_part_equals_the_whole_batch():
     lp = -torch.rand(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 5
     whole = occurrence_weights(lp, "sequence", apply="all", norm="batch")
     mean = (1 / (1 + 3 * lp.exp())).mean()
-    assert torch.allclose(occurrence_weights(lp[:2], "sequence", apply="all", norm="batch", batch_mean=mean), whole[:2], rtol=0, atol=1e-15)
+    part = occurrence_weights(lp[:2], "sequence", apply="all", norm="batch", batch_mean=mean)
+    assert torch.allclose(part, whole[:2], rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("norm", ["group", "batch", "none"])
@@ -158,13 +161,14 @@ def test_methods_without_response_weights_train_bit_identically_under_the_old_an
 # ---------------------------------------------------------------------------- reco_scaled at world size 2
 
 def scaled_case() -> tuple[reco_mini.LossConfig, torch.Tensor, list, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Four groups of four with repeats (for count) and a spread of probabilities, one group all correct."""
+    """Four groups of four with repeats (for count) and a spread of probabilities, one group all correct. Rank 0
+    takes the first two groups (mean 1/m 0.875), rank 1 the last two (0.375): a per-rank mean would be wrong."""
     cfg = reco_mini.LossConfig(occurrence="count", occurrence_norm="batch", occurrence_apply="positive")
     g = torch.Generator().manual_seed(3)
     seq_logp = -torch.rand(4, 4, generator=g, dtype=torch.float64) * 4
-    responses = [[1], [1], [2], [3], [4], [4], [4], [5], [6], [7], [8], [9], [1], [1], [1], [1]]
+    responses = [[1], [1], [2], [3], [6], [7], [8], [9], [4], [4], [4], [5], [1], [1], [1], [1]]
     lengths = torch.tensor([len(r) for r in responses], dtype=torch.float64).view(4, 4)
-    rewards = torch.tensor([[1, 0, 0, 1], [1, 1, 1, 0], [0, 0, 0, 1], [1, 1, 1, 1]], dtype=torch.float)
+    rewards = torch.tensor([[1, 0, 0, 1], [0, 0, 0, 1], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.float)
     return cfg, seq_logp, responses, lengths, rewards, reco_mini.group_advantages(rewards)
 
 
@@ -195,10 +199,28 @@ def test_batch_norm_at_world_size_two_equals_world_size_one(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = torch.load(out, weights_only=False)
     cfg, seq_logp, responses, lengths, rewards, A = scaled_case()
+    inv_m = occurrence_weights(seq_logp, "count", responses, lengths, apply="all", norm="none")
+    assert [inv_m[:2].mean().item(), inv_m[2:].mean().item(), inv_m.mean().item()] == [0.875, 0.375, 0.625]
+    whole = occurrence_weights(seq_logp, "count", responses, lengths, A, "positive", norm="batch")  # reco_mini's
+    torch.testing.assert_close(got["w"], whole, rtol=0, atol=1e-12)
     one = response_weights(cfg, seq_logp, responses, lengths, A)  # a single process: the whole batch
-    torch.testing.assert_close(got["w"], one, rtol=0, atol=1e-12)
-    assert not torch.allclose(one, occurrence_weights(seq_logp, "count", responses, lengths, A, "positive", norm="group"))  # != group
+    torch.testing.assert_close(one, whole, rtol=0, atol=1e-12)
+    group = occurrence_weights(seq_logp, "count", responses, lengths, A, "positive", norm="group")
+    assert not torch.allclose(one, group)
     assert got["shares"] == pytest.approx(update_shares(update_sizes(rewards, A.flatten(), one.flatten())))
+
+
+def test_reco_scaled_averages_one_over_m_in_float64_as_reco_mini_does():
+    """reco_scaled rounded 1/m to float32 before averaging it, so some weights differed from reco_mini's in the
+    last bit (issue 60); the float32 log-probs of a large batch must give reco_mini's weights exactly."""
+    from reco_scaled.trainer import response_weights
+
+    g = torch.Generator().manual_seed(0)
+    seq_logp = -torch.rand(64, 8, generator=g) * 3  # float32, as the trainer's are
+    A = torch.randn(64, 8, generator=g)
+    cfg = reco_mini.LossConfig(occurrence="sequence", occurrence_norm="batch", occurrence_apply="positive")
+    expected = occurrence_weights(seq_logp, "sequence", advantages=A, apply="positive", norm="batch")
+    assert torch.equal(response_weights(cfg, seq_logp, None, None, A), expected)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ checkout: their usage lines name them, reco-train finds a shipped config by name
 work.
 
 Both build from a copy of the checkout's files (what a fresh clone holds): setuptools also packs what an earlier build
-left in the checkout's build/ folder, such as the flat modules that the package reco/ replaced. The venv is built with
---system-site-packages and --no-build-isolation, so nothing is downloaded: the system's torch 2.13.0 (CPU) and the
-rest satisfy the pins, and pip installs only this project.
+left in the checkout's build/ folder, such as the flat modules that the package reco/ replaced. The venv sees the
+packages of the interpreter running the tests (tests/venv_helper.py, whether that is a base installation or a venv), so
+its torch 2.13.0 (CPU) and the rest satisfy the pins and pip installs only this project; the build gets pyproject's
+own build requirements ([build-system]) in pip's isolated build environment, whatever setuptools the interpreter has.
 """
 from __future__ import annotations
 
@@ -57,8 +58,8 @@ def source_tree(dest: Path) -> Path:
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     """The wheel `pip wheel .` builds from a fresh copy of the checkout."""
     tmp = tmp_path_factory.mktemp("wheel")
-    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-             "--disable-pip-version-check", "-w", str(tmp / "dist"), str(source_tree(tmp / "src"))]
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check", "-w",
+             str(tmp / "dist"), str(source_tree(tmp / "src"))]  # with pyproject's own build requirements
     subprocess.run(build, check=True, cwd=tmp, timeout=600)
     (path,) = (tmp / "dist").glob("*.whl")
     return zipfile.ZipFile(path)
@@ -91,11 +92,14 @@ def test_the_wheels_entry_points_name_functions_of_its_own_modules(wheel):
 
 @pytest.mark.slow
 def test_pip_install_in_a_fresh_venv_gives_commands_that_run(tmp_path):
+    from venv_helper import venv_seeing_these_packages
+
     venv, work = tmp_path / "venv", tmp_path / "work"
-    # --without-pip: the system's pip and setuptools serve (3.11's bundled setuptools 65 cannot build a wheel alone)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-build-isolation", "--no-index",
-           "--disable-pip-version-check", str(source_tree(tmp_path / "src"))]
+    venv_seeing_these_packages(venv)  # the dependencies are there; this interpreter's pip serves
+    # the build's own requirements (pyproject's [build-system]) in an isolated environment, not whatever setuptools
+    # the interpreter happens to have (3.11's bundled setuptools 65 cannot build a wheel alone)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+           str(source_tree(tmp_path / "src"))]
     subprocess.run(pip, check=True, cwd=tmp_path, timeout=600)
     work.mkdir()  # away from the repository: the installed modules are the ones imported
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -315,16 +315,19 @@ def test_dev_holds_five_devices_and_nothing_to_keep(sandbox):
     assert grade_program(attack(body), "assert f() == (['full', 'null', 'random', 'urandom', 'zero'], [True] * 3), f()")
 
 
-def test_site_packages_is_read_only(sandbox):
+def test_site_packages_is_read_only_or_absent(sandbox):
+    """No program writes into site-packages: each folder there is read-only (EROFS, a base installation's, hidden
+    under an empty tmpfs) or absent (ENOENT: from a virtualenv the base installation's is not shown at all)."""
+    import site
     import sysconfig
 
-    hidden = [os.path.join(p, "site-packages") for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}]
-    hidden = [p for p in hidden if os.path.isdir(p)]
-    if not hidden:
-        pytest.skip("this interpreter's standard library has no site-packages folder")
-    body = (f"results = []\nfor path in {hidden!r}:\n    try:\n        open(os.path.join(path, 'note'), 'w')\n"
+    candidates = {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"], *site.getsitepackages()}
+    folders = sorted(p if p.endswith("-packages") else os.path.join(p, "site-packages") for p in candidates)
+    folders = [p for p in folders if os.path.isdir(p)]
+    assert folders  # the interpreter running the tests has one at least
+    body = (f"results = []\nfor path in {folders!r}:\n    try:\n        open(os.path.join(path, 'note'), 'w')\n"
             "        results.append('written')\n    except OSError as e:\n        results.append(e.errno)\nreturn results")
-    assert grade_program(attack(body), f"assert f() == [30] * {len(hidden)}, f()") is True  # EROFS
+    assert grade_program(attack(body), "assert set(f()) <= {2, 30}, f()") is True  # ENOENT, EROFS
 
 
 def test_what_one_program_writes_no_other_reads(sandbox):

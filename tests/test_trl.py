@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,7 @@ from reco_mini import (  # noqa: E402
 )
 from reco_scaled.integrations.trl import ReCoGRPOConfig, ReCoGRPOTrainer, add_reco_stats, stats_path  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["3 5 7:", "12 4 9:", "8 2 6:", "1 9 5:"]
 P, G, MAX_LEN, ACCUM = 2, 4, 6, 2
 REWARDS = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
@@ -279,7 +283,7 @@ def test_refused_settings_fail_at_start(tmp_path, settings, message):
 
 def test_three_steps_log_rho_and_w(model_dir, tmp_path):
     trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco", occurrence="count",
-                           max_steps=3, num_iterations=2, gradient_checkpointing=True)
+                           occurrence_apply="all", max_steps=3, num_iterations=2, gradient_checkpointing=True)
     trainer.train()
     rows = [r for r in trainer.state.log_history if "loss" in r]
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -289,7 +293,7 @@ def test_three_steps_log_rho_and_w(model_dir, tmp_path):
     assert [r["step"] for r in generated] == [1, 3]
     for r in generated:
         assert r["reco/w_min"] <= r["reco/w_mean"] <= r["reco/w_max"]
-        assert r["reco/w_mean"] == pytest.approx(1.0, abs=1e-6)  # the weights have mean 1 in every group
+        assert r["reco/w_mean"] == pytest.approx(1.0, abs=1e-6)  # mean 1 over the generation batch (norm batch)
         assert 0 < r["reco/v_old_mean"] < 1
 
 
@@ -329,3 +333,113 @@ def test_example_code_reward_reads_the_tests_column_and_runs(tmp_path):
     last = example.main(["--tiny", "--task", "code", "--data", str(data), "--max-steps", "1", "--prompts-per-step", "1",
                          "--num-generations", "2", "--out", str(tmp_path / "run")])
     assert last["step"] == 1 and last["rewards/code_reward/mean"] == 0.0  # a random model's programs fail
+
+
+# ------------------------------------------------------------------ the batch of the batch mean: every row the loss keeps
+
+def sequence_weights(seq_logp: torch.Tensor, advantages: torch.Tensor, kept: torch.Tensor | None = None) -> torch.Tensor:
+    """The default weights in closed form (docs/design.md §3.2), written here in plain tensor ops: m = 1 + (G - 1) p,
+    w = (1/m) / the mean of 1/m over the kept rows, applied where A > 0 (1 elsewhere)."""
+    inv_m = 1.0 / (1.0 + (G - 1) * seq_logp.double().exp())
+    kept = torch.ones_like(inv_m, dtype=torch.bool) if kept is None else kept
+    return torch.where(advantages > 0, inv_m / inv_m[kept].mean(), 1.0)
+
+
+def old_seq_logp(model, batch: dict) -> torch.Tensor:
+    with torch.no_grad():
+        logp = token_logprobs(response_logits(model, batch), batch["completion_ids"])
+    return (logp * batch["completion_mask"]).sum(-1)
+
+
+def test_masked_truncated_completions_take_no_part_in_the_batch_mean(model_dir, tmp_path):
+    """With mask_truncated_completions, TRL zeroes a truncated row's completion_mask; such a row counted in the mean
+    at 1/G, so the mean fell and the kept rows' weights rose (issue 60)."""
+    trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco",
+                           mask_truncated_completions=True)
+    batch = fixed_batch(trainer.model, trainer.processing_class)
+    eos = trainer.processing_class.eos_token_id
+    truncated = ~(batch["completion_ids"] == eos).any(-1)  # the greedy rows: no <eos> within MAX_LEN
+    assert 0 < truncated.sum() < len(truncated)
+    batch["completion_mask"] = batch["completion_mask"] * (~truncated)[:, None]  # as TRL masks them
+    got = trainer._reco_inputs(batch, REWARDS)["reco_weights"]
+    seq, A = old_seq_logp(trainer.model, batch), batch["advantages"]
+    torch.testing.assert_close(got, sequence_weights(seq, A, ~truncated).float(), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got, sequence_weights(seq, A).float(), rtol=1e-3)  # counting them would differ
+
+
+def test_gradient_accumulation_weighs_over_the_whole_generation_batch(model_dir, tmp_path):
+    """Two micro-batches of one group each make one generation batch: the loss sees weights whose mean is over both
+    (reco_mini's closed form on the whole batch), not over its own micro-batch."""
+    trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco",
+                           per_device_train_batch_size=G, max_steps=1)
+    seen, compute_loss = [], trainer._compute_loss
+
+    def recording(model, inputs):  # the parameters change only after both micro-batches
+        seen.append({k: inputs[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask",
+                                            "advantages", "reco_weights")} | {"seq": old_seq_logp(model, inputs)})
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = recording
+    trainer.train()
+    assert len(seen) == ACCUM and all(len(s["advantages"]) == G for s in seen)
+    seq, A = (torch.cat([s[k] for s in seen]) for k in ("seq", "advantages"))
+    got = torch.cat([s["reco_weights"] for s in seen])
+    torch.testing.assert_close(got, sequence_weights(seq, A).float(), rtol=1e-5, atol=1e-6)
+    per_micro_batch = torch.cat([sequence_weights(s["seq"], s["advantages"]) for s in seen]).float()
+    assert not torch.allclose(got, per_micro_batch, rtol=1e-3)  # the test tells the two scopes apart
+
+
+def test_two_processes_weigh_over_the_whole_generation_batch(model_dir, tmp_path):
+    """Under torchrun (gloo), each of two processes holds one group whose mean 1/m differs from the other's; every
+    process's weights must be reco_mini's closed form over both groups. A plugin whose gather is the identity, so
+    that each process takes its own mean, fails here."""
+    out = tmp_path / "w.pt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", __file__,
+           str(model_dir), str(tmp_path / "run"), str(out)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = torch.load(out)
+    trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path / "one", method="reco")
+    batch = fixed_batch(trainer.model, trainer.processing_class)
+    seq, A = old_seq_logp(trainer.model, batch), batch["advantages"]
+    inv_m = 1.0 / (1.0 + (G - 1) * seq.exp())
+    assert abs(inv_m[:G].mean() - inv_m[G:].mean()) > 0.01  # the processes' own means differ (by 2%)
+    torch.testing.assert_close(got, sequence_weights(seq, A).float(), rtol=1e-5, atol=1e-6)
+
+
+def two_process_worker(model_dir: str, out_dir: str, out: str) -> None:
+    """One process of the test above: its half of fixed_batch's rows; rank 0 saves every process's weights."""
+    trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, Path(model_dir), Path(out_dir), method="reco")
+    rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+    batch = fixed_batch(trainer.model, trainer.processing_class)
+    rows = slice(rank * G, (rank + 1) * G)
+    mine = {k: v[rows] if torch.is_tensor(v) and v.dim() else v for k, v in batch.items()}
+    w = trainer._reco_inputs(mine, REWARDS)["reco_weights"]
+    parts = [torch.zeros_like(w) for _ in range(world)]
+    torch.distributed.all_gather(parts, w)
+    if rank == 0:
+        torch.save(torch.cat(parts), out)
+    trainer.accelerator.wait_for_everyone()
+
+
+def test_a_resume_under_another_loss_is_refused(model_dir, tmp_path):
+    """A checkpoint written with group-normalised weights on every response, resumed with the defaults, would go on
+    under another objective: refused, naming each changed setting."""
+    first = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco", occurrence_norm="group",
+                         occurrence_apply="all", max_steps=1, save_strategy="steps", save_steps=1)
+    first.train()
+    again = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco", max_steps=2)
+    with pytest.raises(ValueError, match="another loss") as e:
+        again.train(resume_from_checkpoint=True)
+    assert "occurrence_norm='group' there, 'batch' here" in str(e.value)
+    assert "occurrence_apply='all' there, 'positive' here" in str(e.value)
+    same = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco", occurrence_norm="group",
+                        occurrence_apply="all", max_steps=2)
+    same.train(resume_from_checkpoint=True)  # the same loss resumes
+    assert same.state.global_step == 2
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    two_process_worker(*sys.argv[1:])

@@ -18,6 +18,7 @@ import copy
 import dataclasses
 import importlib.util
 import itertools
+import json
 import math
 import os
 import re
@@ -202,7 +203,7 @@ if verl is not None:
         transfer_queue.close()
         ray.shutdown()
 
-    def put_rollout(seed: int = 0) -> KVBatchMeta:
+    def put_rollout(seed: int = 0, rewards: list = REWARDS) -> KVBatchMeta:
         """Rows in TransferQueue as verl's agent loop leaves them, verl's own padding rows added; the handle as verl's
         replay buffer samples it (no field list: the old pass fetches every field)."""
         g = torch.Generator().manual_seed(seed)
@@ -216,7 +217,7 @@ if verl is not None:
                 if p == 1 and i == 1:
                     mask[2] = 0  # a tool-output token inside a response
                 score = torch.zeros(len(resp))
-                score[-1] = REWARDS[p][i]
+                score[-1] = rewards[p][i]
                 n = len(prompt) + len(resp)
                 rows.append(dict(uid=f"run{run}prompt{p}", prompts=prompt, responses=response, response_mask=mask,
                                  loss_mask=mask, input_ids=torch.cat([prompt, response]), position_ids=torch.arange(n),
@@ -256,10 +257,10 @@ if verl is not None:
             self.seen = ray.get(self.actor.last_update.remote())
             return output
 
-    def run_trainer_steps(config, worker, seed=0):
+    def run_trainer_steps(config, worker, seed=0, rewards=REWARDS):
         """verl's real _compute_old_log_prob, _compute_advantage and _update_actor through the plugin's trainer, on the
         real TransferQueue; the update's micro-batch is what verl's bridge fetched for the handle the trainer passed."""
-        batch = put_rollout(seed)
+        batch = put_rollout(seed, rewards)
         rows = read_rows(batch, ["prompts", "responses", "response_mask", "input_ids"])
         n_tok = sum(len(r["input_ids"]) for r in rows)
         g = torch.Generator().manual_seed(seed + 1)
@@ -391,18 +392,81 @@ if verl is not None:
         torch.testing.assert_close(got, adv * scale)
         assert not RECO_FIELDS & set(data.keys())
 
+    def test_positive_reads_the_focal_scaled_advantages_as_reco_mini_does(base_config, data_plane):
+        """Group 0's rewards are all > 0, so F-GRPO scales its advantages to 0 and `positive` gives its rows weight 1,
+        as reco_mini does; the plugin used to read the advantages before the scale (issue 60: 0.539 against 1)."""
+        rewards = [[1.0, 0.5, 0.5, 0.5], REWARDS[1], REWARDS[2]]
+        cfg = config_with(base_config, reco__occurrence="count", reco__focal_gamma=2.0, reco__occurrence_apply="positive",
+                          reco__occurrence_norm="batch")
+        trainer, metrics, rows, *_ = run_trainer_steps(cfg, data_plane, rewards=rewards)
+        P, G = len(GROUP_RESPONSES), len(GROUP_RESPONSES[0])
+        R = torch.tensor(rewards, dtype=torch.float64)
+        adv = torch.tensor([r["advantage"] for r in rows[: P * G]], dtype=torch.float64).view(P, G)  # verl's GRPO
+        scaled = adv * reco_mini.focal_scale(R, 2.0)[:, None]
+        responses = [r for g in GROUP_RESPONSES for r in g]
+        lengths = torch.tensor([[len(r) for r in g] for g in GROUP_RESPONSES], dtype=torch.float64)
+
+        def weights(advantages):
+            return reco_mini.occurrence_weights(torch.zeros(P, G, dtype=torch.float64), "count", responses, lengths,
+                                                advantages, "positive", norm="batch").flatten().float()
+
+        got = trainer.actor_rollout_wg.seen["data"]["reco_weights"]
+        torch.testing.assert_close(got[: P * G], weights(scaled))
+        assert not torch.allclose(weights(scaled), weights(adv))  # before the scale, group 0's first row is weighed
+        assert metrics["reco/w_max"] == pytest.approx(weights(scaled).max().item())
+
+    # ---------------------------------------------------------------- resume and parameter sync
+
+    def test_a_resume_under_another_loss_is_refused(base_config, tmp_path, monkeypatch):
+        """The checkpoint folder holds the run's loss settings; resuming it under others is refused, naming each."""
+        from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+        loaded = []
+        monkeypatch.setattr(PPOTrainerSync, "_save_checkpoint", lambda self: None)  # verl's actor, dataloader: not here
+        monkeypatch.setattr(PPOTrainerSync, "_load_checkpoint", lambda self: loaded.append(True))
+
+        def trainer_with(**reco):
+            trainer = plugin.RecoTrainer.__new__(plugin.RecoTrainer)  # the hooks read only config and reco
+            trainer.config = config_with(base_config, trainer__default_local_dir=str(tmp_path), trainer__resume_mode="auto",
+                                         **{f"reco__{k}": v for k, v in reco.items()})
+            trainer.reco, trainer.global_steps = plugin.check_config(trainer.config), 3
+            return trainer
+
+        trainer_with(occurrence_norm="group", occurrence_apply="all")._save_checkpoint()
+        (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")  # as verl's _save_checkpoint writes it
+        with pytest.raises(plugin.RecoConfigError) as err:
+            trainer_with()._load_checkpoint()
+        assert "occurrence_norm='group' there, 'batch' here" in str(err.value)
+        assert "occurrence_apply='all' there, 'positive' here" in str(err.value) and not loaded
+        trainer_with(occurrence_norm="group", occurrence_apply="all")._load_checkpoint()
+        assert loaded == [True]  # the same loss resumes
+
+    def test_parameter_sync_step_above_one_is_refused_only_with_a_batch_mean(base_config):
+        with pytest.raises(plugin.RecoConfigError) as err:
+            plugin.check_config(config_with(base_config, trainer__v1__sync__parameter_sync_step=2))
+        assert err.value.name == "trainer.v1.sync.parameter_sync_step" and "reco.occurrence_norm batch" in str(err.value)
+        per_group = config_with(base_config, trainer__v1__sync__parameter_sync_step=2, reco__occurrence_norm="group",
+                                reco__variance_norm="none")
+        assert plugin.check_config(per_group).occurrence_norm == "group"
+
     # ---------------------------------------------------------------- verl's own actor worker (FSDP2 on CPU), two steps
 
     @pytest.fixture(scope="module")
     def actor_workers(data_plane, tmp_path_factory):
         """verl's ActorRolloutRefWorker (role actor: FSDP2 engine, gloo) on a tiny random Qwen2, in verl's RayWorkerGroup.
 
-        The worker group runs with use_gpu=False on the CPU platform of reco_scaled.integrations.verl_cpu."""
+        The worker group runs with use_gpu=False on the CPU platform of reco_scaled.integrations.verl_cpu. One
+        mini-batch (both prompts) of two micro-batches (4 rows each)."""
+        return actor_worker_group(tmp_path_factory.mktemp("tiny_qwen2"),
+                                  f"actor_rollout_ref.actor.ppo_mini_batch_size={ACTOR_PROMPTS}",
+                                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
+
+    def actor_worker_group(path: Path, *split: str):
+        """actor_workers' worker group, with the mini- and micro-batch settings `split`."""
         from transformers import GenerationConfig
         from verl.single_controller.ray.base import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
         from verl.workers.engine_workers import ActorRolloutRefWorker
 
-        path = tmp_path_factory.mktemp("tiny_qwen2")
         tokenizer = countdown.char_tokenizer()
         torch.manual_seed(0)
         model = countdown.tiny_model(tokenizer, hidden=64, layers=2)
@@ -415,8 +479,7 @@ if verl is not None:
                 f"actor_rollout_ref.rollout.n={ACTOR_GROUP}", f"actor_rollout_ref.rollout.temperature={TEMPERATURE}",
                 f"actor_rollout_ref.model.path={path}", "+actor_rollout_ref.model.override_config.attn_implementation=eager",
                 "actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.strategy=fsdp2",
-                "actor_rollout_ref.actor.optim.lr=1e-3", f"actor_rollout_ref.actor.ppo_mini_batch_size={ACTOR_PROMPTS}",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+                "actor_rollout_ref.actor.optim.lr=1e-3", *split,
                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
                 "+reco.method=reco", "+reco.occurrence=count"])
         pool = RayResourcePool(process_on_nodes=[1], use_gpu=False, max_colocate_count=1)
@@ -474,6 +537,55 @@ if verl is not None:
             assert metrics["reco/w_min"] < 1.0 < metrics["reco/w_max"]  # the duplicate in group 0
             assert 0.0 < metrics["actor/reco/rho_mean"] <= metrics["actor/reco/rho_max"] <= trainer.reco.variance_cap
             assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
+
+    def weights_reaching_the_loss(cfg, workers, model, tokenizer, out: Path) -> tuple[dict, dict, int]:
+        """One step of verl's pipeline on `workers`, the loss recording what each micro-batch gets: (the weight each
+        row (its input_ids) reached the loss with, reco_mini's count weights over the whole batch, the loss calls)."""
+        cfg = config_with(cfg, reco__occurrence="count", reco__occurrence_norm="batch", reco__occurrence_apply="all")
+        trainer = plugin.RecoTrainer(cfg)
+        trainer.actor_rollout_wg = workers
+        workers.set_loss_fn(verl_tq_worker.RecordingLoss(trainer.make_loss(), str(out)))
+        metrics = {}
+        batch = trainer._compute_old_log_prob(sample_rollout(model, tokenizer, 0), metrics)
+        batch = trainer._compute_advantage(batch, metrics)
+        rows = read_rows(batch, ["input_ids", "responses", "advantages"])
+        trainer._update_actor(batch, metrics)
+        transfer_queue.kv_clear(keys=batch.keys, partition_id=batch.partition_id)
+        responses = [r["responses"].tolist() for r in rows]
+        lengths = torch.tensor([len(r) for r in responses], dtype=torch.float64).view(ACTOR_PROMPTS, ACTOR_GROUP)
+        adv = torch.stack([r["advantages"][0] for r in rows]).double().view(ACTOR_PROMPTS, ACTOR_GROUP)
+        whole = reco_mini.occurrence_weights(torch.zeros_like(lengths), "count", responses, lengths, adv, "all",
+                                             norm="batch").flatten()
+        expected = {tuple(r["input_ids"].tolist()): w.item() for r, w in zip(rows, whole)}
+        got = {}
+        for line in out.read_text().splitlines():
+            record = json.loads(line)
+            got |= {tuple(ids): w for ids, w in zip(record["input_ids"], record["weights"])}
+        per_group = reco_mini.occurrence_weights(torch.zeros_like(lengths), "count", responses, lengths, adv, "all", norm="group")
+        assert not torch.allclose(whole, per_group.flatten())  # a mean over less than the batch would differ
+        return got, expected, len(out.read_text().splitlines())
+
+    def test_every_micro_batch_gets_the_whole_batchs_weights(actor_workers, tmp_path):
+        """One mini-batch in two micro-batches on verl's real actor worker: each row reaches the loss with reco_mini's
+        weight over the whole batch (1/m divided by its mean over every row)."""
+        cfg, workers, model, tokenizer = actor_workers
+        got, expected, calls = weights_reaching_the_loss(cfg, workers, model, tokenizer, tmp_path / "seen.jsonl")
+        assert calls == 2 and got.keys() == expected.keys()
+        assert got == pytest.approx(expected, rel=1e-6)
+
+    def test_mini_batches_and_dynamic_batch_size_keep_the_whole_batchs_weights(actor_workers, tmp_path):
+        """Two mini-batches (one prompt each) cut into micro-batches by token count (use_dynamic_bsz): the same."""
+        cfg, _, model, tokenizer = actor_workers
+        _, workers, *_ = actor_worker_group(tmp_path / "model", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                                            "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                                            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=24")
+        try:
+            got, expected, calls = weights_reaching_the_loss(cfg, workers, model, tokenizer, tmp_path / "seen.jsonl")
+        finally:
+            for worker in workers.workers:
+                ray.kill(worker)
+        assert calls > 2 and got.keys() == expected.keys()
+        assert got == pytest.approx(expected, rel=1e-6)
 
     # ---------------------------------------------------------------- end to end: verl's main_ppo, two steps on CPU
 

@@ -9,6 +9,7 @@ logits into log-probs, entropy and sum pi^2; the loss is the one the trainer sen
 """
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import torch
@@ -77,3 +78,18 @@ class LogitsActorWorker:
 
     def last_update(self) -> dict:
         return self.seen
+
+
+class RecordingLoss:
+    """A loss that, in the worker process, appends each micro-batch's rows (input_ids) and the reco_weights they
+    reach the loss with to a JSONL file, then returns the wrapped loss's result (tests/test_verl.py compares them
+    with reco_mini's weights over the whole batch)."""
+
+    def __init__(self, loss, path: str):
+        self.loss, self.path = loss, path
+
+    def __call__(self, model_output, data: TensorDict, dp_group=None):
+        row = {"input_ids": [t.tolist() for t in data["input_ids"].unbind()], "weights": data["reco_weights"].tolist()}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        return self.loss(model_output, data, dp_group)

@@ -351,17 +351,12 @@ def math_splits(data: str, eval_data: str = "") -> dict[str, list[dict]]:
 def held_out_splits(data: str, eval_data: str, load: Callable[[str], list]) -> dict[str, list]:
     """Training and held-out problems, each source read by `load`: `eval_data` if given, else a fixed fifth of
     `data` (the same problems whatever the run's seed). Bad rows are one-line errors naming the file, line and
-    field."""
-    from reco.cli import fail  # which imports this module
-
-    try:
-        train = load(data)
-        test = load(eval_data) if eval_data else None
-    except DataError as e:
-        fail(str(e))
+    field, raised as DataError (the tasks make it one line and exit code 2)."""
+    train = load(data)
+    test = load(eval_data) if eval_data else None
     if test is None:
         if len(train) < 2:
-            fail(f"{data}: a held-out split needs at least 2 problems (or pass --eval-data)")
+            raise DataError(f"{data}: a held-out split needs at least 2 problems (or pass --eval-data)")
         order = list(range(len(train)))
         random.Random(1234).shuffle(order)
         held = set(order[: max(1, len(train) // 5)])

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from reco import hf
-from reco.cli import opt
-from reco.data.math import build_prompt, math_splits
+from reco.cli import fail, opt
+from reco.data.math import DataError, build_prompt, math_splits
 from reco.rewards import math_grader
 from reco.tasks import code as ct
 from reco.tasks import code_tiny as tiny
@@ -138,7 +138,10 @@ class Math(Task):
     name = "math"
 
     def splits(self, cfg) -> dict[str, list]:
-        return math_splits(cfg.data, cfg.eval_data)
+        try:
+            return math_splits(cfg.data, cfg.eval_data)
+        except DataError as e:  # bad rows: one line naming the file, line and field, and exit code 2
+            fail(str(e))
 
     def prompt(self, problem, tokenizer) -> str:
         return build_prompt(tokenizer, problem["problem"], self.template(tokenizer))
@@ -172,7 +175,10 @@ class Code(Task):
     name, chat = "code", False
 
     def splits(self, cfg) -> dict[str, list]:
-        return ct.code_splits(cfg.data, cfg.eval_data)
+        try:
+            return ct.code_splits(cfg.data, cfg.eval_data)
+        except DataError as e:
+            fail(str(e))
 
     def prompt(self, problem, tokenizer) -> str:
         return ct.instruct_prompt(problem, tokenizer) if self.chat else ct.completion_prompt(problem)

@@ -149,5 +149,5 @@ def grade(programs: Sequence[str], tests: Sequence, timeout_s: float | None = No
 
 def code_splits(data: str, eval_data: str = "") -> dict[str, list[dict]]:
     """Training and held-out code problems (load_code_problems): `eval_data` if given, else a fixed fifth of `data`;
-    bad input is a one-line error (held_out_splits)."""
+    bad input raises DataError (held_out_splits)."""
     return held_out_splits(data, eval_data, load_code_problems)

@@ -10,9 +10,11 @@ Generation (transformers, or TRL's vLLM server/colocate modes), reward functions
 - The per-token policy loss is `reco_mini.policy_loss` (imported, the single source of the math) with the settings of
   `ReCoGRPOConfig.reco_loss_config()`: the ReCo fields below on top of `method`'s defaults, and TRL's `epsilon`,
   `epsilon_high`, `delta` (= reco_mini's dual clip), `beta` and `loss_type` (its aggregation and normaliser).
-- Response weights: `reco_mini.occurrence_weights` over each group, once per generation batch (groups may span
-  processes: their rows are gathered, as TRL gathers rewards). `focal_gamma > 0` scales each group's advantages by
-  `reco_mini.focal_scale` (F-GRPO).
+- Response weights: `reco_mini.occurrence_weights`, once per generation batch, over every process's rows (gathered,
+  as TRL gathers rewards): the default divides 1/m_i by its mean over that whole batch (occurrence_norm batch), which
+  a row the loss masks whole (mask_truncated_completions) takes no part in. `focal_gamma > 0` scales each group's
+  advantages by `reco_mini.focal_scale` (F-GRPO). A resume from a checkpoint whose saved args give another loss (a
+  LossConfig field or loss_type) is refused, naming each changed setting.
 - log pi, V and H per token come from `reco_scaled.kernels` (through `reco_scaled.loss.token_stats`: the chunked
   PyTorch path on CPU, Triton on CUDA), called inside the model's own forward (so DDP/FSDP hooks see it) and
   streaming the LM head over vocabulary tiles, so no [B, T, V] logits tensor is ever held (`reco_stats_path`
@@ -30,11 +32,12 @@ Generation (transformers, or TRL's vLLM server/colocate modes), reward functions
 Supported: loss_type grpo (= seq-mean-token-mean), bnpo, dr_grpo, dapo (= token-mean: TRL's default); any
 num_iterations, steps_per_generation and gradient accumulation; beta > 0 with use_bias_correction_kl=False; delta >
 1 + epsilon_high; off_policy_mask_threshold and vLLM's sequence_* importance-sampling modes (per-response factors,
-multiplied into the response weights); mask_truncated_completions (a truncated response is then empty for the
-weights); tools (their tokens are masked as in TRL); cast_lm_head_to_fp32. tests/test_trl.py (CPU, one process)
-covers the four loss types, delta, temperature, beta, the off-policy mask, every occurrence mode and token ratio,
-focal_gamma and num_iterations; the rest, and multi-process runs (DDP, FSDP2), vLLM and PEFT, follow TRL's own code
-paths (and its fused LM head's handling of sharded heads) but are not tested here.
+multiplied into the response weights); mask_truncated_completions (a truncated row takes no part in the weights'
+batch mean); tools (their tokens are masked as in TRL); cast_lm_head_to_fp32. tests/test_trl.py (CPU) covers the
+four loss types, delta, temperature, beta, the off-policy mask, every occurrence mode and token ratio, focal_gamma,
+num_iterations, gradient accumulation, masked truncated rows, a refused resume, and the weights of two processes
+(torchrun, gloo); the rest, and multi-process training (DDP, FSDP2), vLLM and PEFT, follow TRL's own code paths (and
+its fused LM head's handling of sharded heads) but are not tested here.
 
 Refused with an error at start-up: the other loss types, importance_sampling_level="sequence", the entropy bonus
 and top_entropy_quantile < 1, vLLM's token_* correction modes, beta > 0 with the KL bias correction,
@@ -47,14 +50,18 @@ model's forward, and the detection from accelerate's DeepSpeed plugin, are not t
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from accelerate.utils import gather, gather_object, is_peft_model
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
+from transformers.trainer import TRAINING_ARGS_NAME
+from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig, GRPOTrainer
 from trl.models.utils import disable_gradient_checkpointing
 
@@ -175,6 +182,18 @@ def refused_settings(args: GRPOConfig) -> list[str]:
     return [reason for ok, reason in checks if not ok]
 
 
+def changed_loss(saved: GRPOConfig, args: ReCoGRPOConfig) -> list[str]:
+    """'field=old there, new here' for each loss setting (reco_mini.LossConfig's, and loss_type, which also picks the
+    normaliser) on which a checkpoint's saved args differ from this run's, under TRL's names; empty if none."""
+    if not isinstance(saved, ReCoGRPOConfig):  # no ReCo settings at hand to compare
+        return []
+    old, new = saved.reco_loss_config(), args.reco_loss_config()
+    differ = [(TRL_NAMES.get(f.name, f.name), getattr(old, f.name), getattr(new, f.name))
+              for f in dataclasses.fields(LossConfig) if f.name != "aggregation"]
+    differ.append(("loss_type", saved.loss_type, args.loss_type))
+    return [f"{name}={a!r} there, {b!r} here" for name, a, b in differ if a != b]
+
+
 def refused_model(model) -> list[str]:
     """What about the (unwrapped) policy model the fused statistics cannot handle (empty if nothing)."""
     text = model.config.get_text_config()
@@ -261,6 +280,18 @@ class ReCoGRPOTrainer(GRPOTrainer):
         add_reco_stats(model, self.temperature, self.args.cast_lm_head_to_fp32, self.reco_stats_path,
                        self.args.reco_stats_chunk)
 
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """TRL's train; a resume from a checkpoint written under another loss is refused (ValueError naming each
+        changed setting), since it would go on training that run under this objective."""
+        path = get_last_checkpoint(self.args.output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
+        saved = Path(path) / TRAINING_ARGS_NAME if path else None
+        if saved is not None and saved.is_file():
+            differ = changed_loss(torch.load(saved, weights_only=False), self.args)
+            if differ:
+                raise ValueError(f"checkpoint {path} was trained under another loss ({'; '.join(differ)}): resuming it "
+                                 "would change the run's objective; set these as they were, or use a new output_dir")
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     # ------------------------------------------------------------------------------------ rollout side
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -320,13 +351,19 @@ class ReCoGRPOTrainer(GRPOTrainer):
             seq = (old_logp * mask).sum(-1) if need_logp else torch.zeros(B, device=mask.device)
             comp = out["completion_ids"].tolist()
             responses = [r[: int(n)] for r, n in zip(comp, out["completion_mask"].sum(-1).tolist())]
-            w = occurrence_weights(gather(seq).view(-1, G), cfg.occurrence,
-                                   gather_object(responses) if cfg.occurrence == "count" else None,
-                                   gather(mask.sum(-1)).view(-1, G), gather(adv).view(-1, G), cfg.occurrence_apply,
-                                   norm=cfg.occurrence_norm)  # over the gathered generation batch: all processes
-            w = w.flatten()
+            # over the gathered generation batch: every process's rows
+            seq, lengths, adv = gather(seq).view(-1, G), gather(mask.sum(-1)).view(-1, G), gather(adv).view(-1, G)
+            responses = gather_object(responses) if cfg.occurrence == "count" else None
+            kept = lengths > 0  # a row the loss masks whole (mask_truncated_completions) takes no part in the mean
+            batch_mean = None
+            if cfg.occurrence_norm == "batch" and kept.any():
+                inv_m = occurrence_weights(seq.double(), cfg.occurrence, responses, lengths, apply="all", norm="none")
+                batch_mean = inv_m[kept].mean()
+            w = occurrence_weights(seq, cfg.occurrence, responses, lengths, adv, cfg.occurrence_apply,
+                                   norm=cfg.occurrence_norm, batch_mean=batch_mean).flatten()
             new["reco_weights"] = w[mine]
-            for k, x in (("min", w.min()), ("mean", w.mean()), ("max", w.max())):
+            logged = w[kept.flatten()] if kept.any() else w
+            for k, x in (("min", logged.min()), ("mean", logged.mean()), ("max", logged.max())):
                 self._metrics[mode][f"reco/w_{k}"].append(x.item())
         return new
 

@@ -13,10 +13,12 @@ Selected by `trainer.v1.trainer_mode=reco`; it then runs exactly as verl's `sync
   global_batch_size / dp_size), and verl's own entropy and KL-loss terms and metric conventions.
 - Old pass: the micro-batch flag `calculate_sum_pi_squared`, so the FSDP engine returns sum pi^2 per token; V_old goes
   to TransferQueue as `reco_v_old`. Update pass: the same flag when the token ratio is `variance` (V_theta).
-- Before the update: w_i per group (by uid; verl's padding rows skipped) with `reco_mini.occurrence_weights`, V_old's
-  mean over every real response token (`reco_v_old_mean`), F-GRPO's `reco_mini.focal_scale` on the advantages, all
-  written to TransferQueue, so they reach the loss's `data`; logged as reco/w_*, reco/v_old_mean, reco/focal_*;
-  the loss logs reco/rho_*.
+- Before the update, on the driver, over the whole update batch (every real row; verl's padding rows skipped):
+  F-GRPO's `reco_mini.focal_scale` on the advantages, then w_i with `reco_mini.occurrence_weights` by group (uid),
+  reading the scaled advantages for `positive` (as reco_mini does), the default dividing 1/m_i by its mean over the
+  batch; V_old's mean over every real response token (`reco_v_old_mean`); all written to TransferQueue, so they reach
+  the loss's `data` whatever its mini- and micro-batches; logged as reco/w_*, reco/v_old_mean, reco/focal_*; the
+  loss logs reco/rho_*.
 - fp32 sum pi^2: verl computes sum pi^2 in the logits' dtype (bf16 in practice: V off by >10% on many tokens, and
   V = 0 on confident ones). When the loss reaches a worker process (Ray unpickles it there, in `set_loss_fn`), and
   only if it needs V, verl's function is replaced in that process by `sum_pi_squared_fp32`: reco_mini's V in fp32
@@ -24,15 +26,18 @@ Selected by `trainer.v1.trainer_mode=reco`; it then runs exactly as verl's `sync
   ReCo loss are untouched.
 
 Settings: a top-level `reco` section (`+reco.<field>=...` on verl's command line), fields `RecoSettings` (method,
-occurrence, occurrence_apply, token_ratio, focal_gamma, variance_cap, variance_norm) with reco_mini.LossConfig's
-defaults and help. verl's `clip_ratio_low/high` (or `clip_ratio`), `clip_ratio_c` (dual clip; always on in verl)
-and `loss_agg_mode` map onto LossConfig's clip_low, clip_high, dual_clip and aggregation.
+occurrence, occurrence_apply, occurrence_norm, token_ratio, focal_gamma, variance_cap, variance_norm) with
+reco_mini.LossConfig's defaults and help. verl's `clip_ratio_low/high` (or `clip_ratio`), `clip_ratio_c` (dual clip;
+always on in verl) and `loss_agg_mode` map onto LossConfig's clip_low, clip_high, dual_clip and aggregation.
 
 Refused at start-up, each naming its field (`check_config`): the legacy trainer (trainer.use_v1=false), the async
 modes, policy_loss.loss_mode other than vanilla, fused kernels, advantage estimators other than the per-response
 ones (GAE, REINFORCE++, OTB, ... give per-token advantages), rollout correction (token- or sequence-level IS,
 rejection sampling, bypass mode), loss_agg_mode other than token-mean and seq-mean-token-mean, on-policy
-distillation, a non-FSDP actor strategy (Megatron's sum pi^2 is its own function, untested here), unknown `reco` keys.
+distillation, a non-FSDP actor strategy (Megatron's sum pi^2 is its own function, untested here), unknown `reco` keys,
+and `trainer.v1.sync.parameter_sync_step` > 1 with a batch mean (reco.occurrence_norm or reco.variance_norm batch):
+verl would update each sample batch with its own mean. Each checkpoint folder holds the run's loss settings
+(reco_loss.json); a resume under other settings is refused, naming each.
 The loss also stops if advantages vary within a response.
 
 Registration: a `verl.plugins` entry point (pyproject.toml, reco_scaled/integrations/verl_entry.py), chosen over
@@ -49,7 +54,10 @@ Private verl names this module depends on (check them on a verl upgrade):
   kv_batch_put returns a handle listing every stored field, which `put_fields` hands on); the TransferQueue field
   names uid, responses, response_mask, rm_scores, old_log_probs, advantages and sum_pi_squared (the worker's output,
   full sequence).
-- verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync (the class subclassed).
+- verl.trainer.ppo.v1.trainer_sync.PPOTrainerSync (the class subclassed), its _save_checkpoint and _load_checkpoint
+  (the folder default_local_dir/global_step_N, found as verl finds it: trainer.resume_mode auto through
+  verl.utils.checkpoint.checkpoint_manager.find_latest_ckpt_path, or trainer.resume_from_path), and
+  trainer.v1.<mode>.parameter_sync_step.
 - The micro-batch keys dp_size, batch_num_tokens, global_batch_size and calculate_sum_pi_squared, the
   model_output keys log_probs, entropy and sum_pi_squared, ActorConfig.global_batch_info and ppo_loss's metric
   names and aggregation rule (as verl.workers.utils.losses.ppo_loss uses them).
@@ -63,9 +71,12 @@ a GPU or a multi-node Ray cluster (docs/verl.md).
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 
 import torch
 import transfer_queue as tq
@@ -76,6 +87,7 @@ from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.core_algos import agg_loss, kl_penalty
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.utils.losses import ppo_loss
@@ -84,6 +96,8 @@ from verl.workers.utils.padding import no_padding_2_padding, response_from_neste
 from reco_mini import METHODS, ConfigError, LossConfig, focal_scale, loss_config, occurrence_weights, policy_loss, variance_stat
 
 ACTOR = "actor_rollout_ref.actor"
+LOSS_FILE = "reco_loss.json"  # in each checkpoint folder: the run's resolved reco_mini.LossConfig
+SYNC_STEP = "trainer.v1.sync.parameter_sync_step"  # the sync trainer's (RecoTrainer's trainer_mode is "sync")
 # verl's per-response advantage estimators (one advantage per response, repeated over its tokens)
 PER_RESPONSE_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized")
 VERL_SUM_PI_SQUARED = verl_F.calculate_sum_pi_squared_from_logits  # verl's own, kept for uninstall
@@ -185,7 +199,17 @@ def check_config(config) -> LossConfig:
                          dual_clip=actor.get("clip_ratio_c", 3.0), aggregation=actor.get("loss_agg_mode", "token-mean"))
     except ConfigError as e:
         raise RecoConfigError(verl_names.get(e.name, f"reco.{e.name}"), e.message) from None
-    return loss_config(own, settings.method)
+    cfg = loss_config(own, settings.method)
+    # verl updates the actor once per sample batch (train_batch_size / parameter_sync_step): a batch mean would be
+    # that part's, not the whole batch's
+    batch_means = [name for name, on in [
+        ("reco.occurrence_norm", cfg.occurrence != "none" and cfg.occurrence_norm == "batch"),
+        ("reco.variance_norm", cfg.token_ratio in ("variance", "variance-old") and cfg.variance_norm == "batch"),
+    ] if on]
+    if _get(config, SYNC_STEP, 1) != 1 and batch_means:
+        raise RecoConfigError(SYNC_STEP, f"must be 1 with {batch_means[0]} batch: each of its sample batches would "
+                                         "be normalised by its own mean, not the whole batch's")
+    return cfg
 
 
 def terms_off(cfg: LossConfig) -> bool:
@@ -361,6 +385,30 @@ class RecoTrainer(PPOTrainerSync):
     def make_loss(self) -> RecoLoss:
         return RecoLoss(omega_conf_to_dataclass(self.config.actor_rollout_ref.actor), self.reco)
 
+    def _save_checkpoint(self):
+        """verl's checkpoint, with this run's loss settings (LOSS_FILE) written first, for a resume to compare."""
+        folder = Path(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / LOSS_FILE).write_text(json.dumps(asdict(self.reco), indent=1))
+        super()._save_checkpoint()
+
+    def _load_checkpoint(self):
+        """verl's resume, refused (RecoConfigError naming each changed setting) where the checkpoint's loss settings
+        differ from this run's: resuming would go on training that run under another objective."""
+        trainer = self.config.trainer
+        if trainer.resume_mode == "auto":
+            folder = find_latest_ckpt_path(os.path.abspath(trainer.default_local_dir))
+        else:
+            folder = trainer.resume_from_path if trainer.resume_mode == "resume_path" else None
+        saved = Path(os.path.abspath(folder), LOSS_FILE) if folder else None
+        if saved is not None and saved.is_file():
+            written, here = json.loads(saved.read_text()), asdict(self.reco)
+            differ = [f"{k}={written.get(k)!r} there, {v!r} here" for k, v in here.items() if written.get(k) != v]
+            if differ:
+                raise RecoConfigError("trainer.resume_mode", f"checkpoint {folder} was trained under another loss "
+                                      f"({'; '.join(differ)}); set these as they were, or use a new default_local_dir")
+        return super()._load_checkpoint()
+
     def _compute_old_log_prob(self, batch, metrics: dict):
         cfg = self.reco
         batch.extra_info["calculate_sum_pi_squared"] = needs_v_old(cfg)
@@ -405,22 +453,26 @@ class RecoTrainer(PPOTrainerSync):
         weights = torch.ones(len(uids), dtype=torch.float64, device=dev)
         scale = torch.ones_like(weights)
 
+        if cfg.focal_gamma > 0:
+            for rows in groups.values():
+                idx = torch.tensor(rows, device=dev)
+                scale[idx] = focal_scale(rewards[idx].view(1, -1), cfg.focal_gamma).expand(len(rows))
+        scaled_adv = adv_i * scale  # `positive` reads the focal-scaled advantages, as in reco_mini
+
         def group_weights(rows: list[int], norm: str, apply: str, batch_mean=None) -> torch.Tensor:
             idx = torch.tensor(rows, device=dev)
             return occurrence_weights(seq_lp[idx].view(1, -1), cfg.occurrence,
                                       None if responses is None else [responses[r] for r in rows],
-                                      lengths=lengths[idx].view(1, -1), advantages=adv_i[idx].view(1, -1),
+                                      lengths=lengths[idx].view(1, -1), advantages=scaled_adv[idx].view(1, -1),
                                       apply=apply, norm=norm, batch_mean=batch_mean).view(-1)
 
-        batch_mean = None  # reco.occurrence_norm batch: 1/m_i's mean over every real row of the batch
-        if cfg.occurrence != "none" and cfg.occurrence_norm == "batch":
-            batch_mean = torch.cat([group_weights(rows, "none", "all") for rows in groups.values()]).mean()
-        for rows in groups.values():
-            idx = torch.tensor(rows, device=dev)
-            if cfg.occurrence != "none":
-                weights[idx] = group_weights(rows, cfg.occurrence_norm, cfg.occurrence_apply, batch_mean)
-            if cfg.focal_gamma > 0:
-                scale[idx] = focal_scale(rewards[idx].view(1, -1), cfg.focal_gamma).expand(len(rows))
+        if cfg.occurrence != "none":
+            batch_mean = None  # reco.occurrence_norm batch: 1/m_i's mean over every real row of the batch
+            if cfg.occurrence_norm == "batch":
+                batch_mean = torch.cat([group_weights(rows, "none", "all") for rows in groups.values()]).mean()
+            for rows in groups.values():
+                weights[torch.tensor(rows, device=dev)] = group_weights(rows, cfg.occurrence_norm,
+                                                                         cfg.occurrence_apply, batch_mean)
 
         fields_out = {}
         real = torch.tensor([not p for p in padding], device=dev)
