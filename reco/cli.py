@@ -178,7 +178,7 @@ class RunSettings:
     head_chunk: int = opt(-1, "row-tokens per lm-head slice (0 = full logits; -1: math 256)")
     dtype: str = opt("float32", "precision of the forwards (bfloat16: autocast over fp32 weights)")
     gradient_checkpointing: bool = opt(False, "recompute each decoder layer in the backward pass")
-    lora_rank: int = opt(0, "train LoRA adapters of this rank on the frozen --model (0 = full fine-tune)")
+    lora_rank: int = opt(0, "train LoRA adapters of this rank on the frozen model (0 = full fine-tune)")
     lora_alpha: float = opt(32.0, "LoRA's alpha: the adapters add (alpha / rank) B A to each target's weight")
     lora_targets: str = opt("all-linear", "modules that get adapters: all-linear (every attention and MLP projection) "
                             "or comma-separated module names (q_proj,v_proj)")
