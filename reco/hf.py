@@ -270,15 +270,20 @@ def base_dtype(cfg) -> torch.dtype:
 
 
 def check_lora_targets(cfg, model) -> None:
-    """--lora-targets: each name is a linear layer of the model (peft matches the last part of a module's name);
-    else one line and exit 2, before any work."""
-    if not cfg.lora_rank or cfg.lora_targets == "all-linear":
-        return
+    """--lora-targets: each name is a linear layer of the model; else one line and exit 2, before any work."""
+    if cfg.lora_rank and (problem := lora_target_problem(cfg.lora_targets, model)):
+        fail(f"--lora-targets {problem}")
+
+
+def lora_target_problem(targets: str, model) -> str:
+    """Why LoRA `targets` (all-linear, or comma-separated names, which peft matches with the last part of a
+    module's name) do not fit `model`, as the rest of a one-line error; '' when they do."""
+    if targets == "all-linear":
+        return ""
     linear = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
-    for target in cfg.lora_targets.split(","):
-        if target not in linear:
-            fail(f"--lora-targets {target}: {type(model).__name__} has no linear layer of that name "
-                 f"(its linear layers: {','.join(linear)})")
+    unknown = [t for t in targets.split(",") if t not in linear]
+    return (f"{unknown[0]}: {type(model).__name__} has no linear layer of that name (its linear layers: "
+            f"{','.join(linear)})") if unknown else ""
 
 
 def policy(cfg, base):

@@ -46,7 +46,7 @@ LAB_ZERO_MEANS = {"ucpo_tau": "UCPO without its uniform share", "simko_alpha": "
 SCALED_ZERO_MEANS = {
     "seed": "a seed", "algo.focal_gamma": "GRPO's advantages", "algo.dual_clip": "off", "algo.kl_coef": "off",
     "train.weight_decay": "none",
-    "train.warmup_steps": "no warm-up", "checkpoint.every": "the last step only",
+    "train.warmup_steps": "no warm-up", "checkpoint.every": "the last step only", "model.lora_rank": "off",
 }
 EVAL_ZERO_MEANS = {"temperature": "greedy", "seed": "a seed", "limit": "every problem", "workers": "in the loop",
                    "max_model_len": "--max-new-tokens + 1024"}
