@@ -2,13 +2,16 @@
 
 The first step with B = 0 logs what the full model logs (the engine samples the merged weights, the reference is the
 policy with its adapters off); checkpoints hold the adapters and the optimizer, not the base, and a resume is exact;
-the final export is the base with peft's own merge of the adapters; the combinations without adapters (fsdp2, vLLM)
+the final export is the base with peft's own merge of the adapters; world size 2 equals world size 1; the combinations
+without adapters (fsdp2, vLLM)
 and unknown targets are one-line errors.
 """
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from reco_scaled.train import main
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "reco_scaled" / "configs" / "tiny-cpu.yaml")
 LORA = ("model.lora_rank=8", "model.lora_alpha=16", "algo.kl_coef=0.05", "checkpoint.resume=auto")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -90,6 +94,21 @@ def test_the_final_export_is_peft_s_merge_of_the_adapters_on_the_base(tmp_path):
             assert not torch.equal(final[k], untouched[k]), k  # each adapted layer trained
         else:
             assert torch.equal(final[k], untouched[k]), k  # embeddings, norms, biases: the base, bit for bit
+
+
+@pytest.mark.slow
+def test_two_steps_at_world_size_2_equal_world_size_1(tmp_path):
+    """Rank 1 builds the model on the meta device and gets rank 0's weights, adapters included (distributed.wrap)."""
+    one = run(tmp_path / "ws1", "train.steps=2", *LORA)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+           "reco_scaled.train", "--config", TINY, f"out={tmp_path / 'ws2'}", "train.steps=2", *LORA]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    two = [json.loads(line) for line in (tmp_path / "ws2" / "log.jsonl").read_text().splitlines()]
+    assert one[1]["kl_base"] > 0
+    for a, b in zip(one, two, strict=True):
+        for k, v in a.items():
+            assert b[k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
 
 
 @pytest.mark.parametrize("overrides, message", [
