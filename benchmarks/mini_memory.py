@@ -287,10 +287,11 @@ def cpu_study(args) -> dict:
     """The table: every measurement in a child process. --smoke: toy sizes, measured in this process (the path runs;
     the numbers mean nothing)."""
     sizes, run = (SMOKE_SIZES, measure) if args.smoke else (SIZES, child)
+    chosen = [name for name in SETTINGS if name in args.settings.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         model, data = write_model_and_data(Path(tmp), **SMALL_BODY)
         rows = []
-        for setting in SETTINGS:
+        for setting in chosen:
             for phase in ("step", "eval"):
                 if phase == "eval" and setting in ("micro", "lora"):
                     continue  # evaluation does not read --head-chunk: after's evaluation is micro's
@@ -304,12 +305,13 @@ def cpu_study(args) -> dict:
                           f"{res['peak'] / GB:6.2f} GB, above the loaded model {res['increase'] / GB:6.2f} GB "
                           f"({res['seconds']:.0f} s)", flush=True)
     report = {"sizes": sizes, "measurements": rows, "fits": {}, "extrapolated": {}}
-    for setting in SETTINGS:
+    for setting in chosen:
         m = {(x["rows"], x["new"]): x for x in rows if x["setting"] == setting and x["phase"] == "step"}
         fit = report["fits"][f"{setting} step"] = bilinear_fit(m, sizes)
         print(f"fit {setting:6s} step: {fit['per_row_token'] / 1e6:7.3f} MB per rollout row-token, "
               f"{fit['per_token'] / 1e6:7.3f} MB per token (micro-batch path), {fit['per_row'] / 1e6:7.2f} MB per row")
-    for setting in ("before", "after"):
+    evals = [setting for setting in ("before", "after") if setting in chosen]
+    for setting in evals:
         m = [x for x in rows if x["setting"] == setting and x["phase"] == "eval"]
         lo, hi = sorted(m, key=lambda x: x["rows"])
         slope = (hi["increase"] - lo["increase"]) / ((hi["rows"] - lo["rows"]) * (hi["prompt_len"] + hi["new"]))
@@ -318,7 +320,7 @@ def cpu_study(args) -> dict:
     print(f"\nExtrapolated (CPU-measured fits + the terms in the docstring), P x G = {ROWS}, prompt {PROMPT} "
           f"+ {NEW} new tokens:")
     for shape, target in REAL.items():
-        for setting in [s for s in SETTINGS if s != "lora"]:
+        for setting in [s for s in chosen if s != "lora"]:
             e = extrapolate(shape, setting, report["fits"][f"{setting} step"])
             report["extrapolated"][f"{shape} {setting} step"] = e
             verdict = f"  target <= {target:.0f} GB: {'met' if e['total'] <= target else 'NOT met'}" if setting == "after" else ""
@@ -326,7 +328,7 @@ def cpu_study(args) -> dict:
                   + ", ".join(f"{k} {v:.1f}" for k, v in e.items() if k != "total") + ")" + verdict)
     print(f"Extrapolated LoRA RL step (--lora-rank R --dtype bfloat16 --micro-batch {MICRO}, the lora fit), "
           f"P x G = {ROWS}, prompt {PROMPT} + {NEW} new tokens:")
-    for shape in REAL:
+    for shape in REAL if "lora" in chosen else []:
         for rank in LORA_RANKS:
             for checkpointing in (True, False):
                 e = extrapolate_lora(shape, rank, checkpointing, report["fits"]["lora step"])
@@ -337,7 +339,7 @@ def cpu_study(args) -> dict:
                                                                      if k not in ("total", "adapter_params"))
                       + f"; {e['adapter_params'] / 1e6:.1f}M adapter parameters)")
     print(f"Extrapolated evaluation, one call of --eval-batch 64 (the math default) at {PROMPT} + {NEW} tokens:")
-    for shape in REAL:
+    for shape in REAL if len(evals) == 2 else []:
         for setting, bf16 in (("before", False), ("after", True)):
             e = extrapolate_eval(shape, bf16, report["fits"][f"{setting} eval"]["per_row_token"])
             report["extrapolated"][f"{shape} {'bf16' if bf16 else 'fp32'} eval"] = e
@@ -378,6 +380,7 @@ def main(argv=None):
     ap.add_argument("--acceptance", action="store_true", help="one RL step, Qwen2.5-0.5B shape, full depth, on CUDA")
     ap.add_argument("--smoke", action="store_true", help="the same code path, tiny, on CPU (alone: the table's, "
                     "measured in this process; with --acceptance: the acceptance check's)")
+    ap.add_argument("--settings", default=",".join(SETTINGS), help="the table's settings to measure (comma-separated)")
     ap.add_argument("--shape", default="qwen2.5-0.5b", choices=list(REAL), help="--acceptance's model shape")
     ap.add_argument("--lora-rank", type=int, default=0, help="--acceptance with LoRA adapters of this rank")
     ap.add_argument("--json", default="", help="write the report here")
