@@ -92,6 +92,24 @@ def test_the_first_step_with_zero_adapters_logs_what_the_full_model_logs(parity_
     assert lora["grad_norm"] != pytest.approx(full["grad_norm"], rel=1e-3)
 
 
+def test_gradient_checkpointing_trains_the_adapters_as_without_it(parity_rewards, tmp_path):
+    """--gradient-checkpointing on the LoRA model (hf.training switches it on through peft's wrapper) recomputes
+    layers whose base is frozen, and the adapters train as without it."""
+    tok, base = tiny_base()
+    adapters = {}
+    for on in (False, True):
+        cfg = config(gradient_checkpointing=on)
+        torch.manual_seed(0)
+        model, reference = hf.policy(cfg, base)
+        before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+        with hf.training(model, on):
+            assert model.get_base_model().model.gradient_checkpointing == on
+        train(cfg, model, reference, tok, tmp_path / str(on))
+        adapters[on] = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+    moved = [n for n in before if not torch.equal(adapters[True][n], before[n])]
+    assert moved and all(torch.allclose(adapters[True][n], adapters[False][n], rtol=1e-5, atol=1e-7) for n in before)
+
+
 def test_the_adapters_gradient_is_lora_closed_form():
     """W' = W + (alpha / r) B A with B = 0: dL/dB = (alpha / r) dL/dW' A^T and dL/dA = 0, against the full model's
     dL/dW on the same loss (it fails if --lora-alpha does not reach peft)."""
