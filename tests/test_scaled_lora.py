@@ -3,8 +3,7 @@
 The first step with B = 0 logs what the full model logs (the engine samples the merged weights, the reference is the
 policy with its adapters off); checkpoints hold the adapters and the optimizer, not the base, and a resume is exact;
 the final export is the base with peft's own merge of the adapters; world size 2 equals world size 1; the combinations
-without adapters (fsdp2, vLLM)
-and unknown targets are one-line errors.
+without adapters (fsdp2, vLLM, an lm_head target) and unknown targets are one-line errors.
 """
 from __future__ import annotations
 
