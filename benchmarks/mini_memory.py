@@ -128,7 +128,7 @@ def measure(spec: dict) -> dict:
     argv = ["--task", "math", "--model", spec["model"], "--data", spec["data"], "--methods", "grpo", "--steps", "1",
             "--epochs", "1", "--minibatches", str(spec.get("minibatches", 1)), "--prompts-per-step", str(rows // group),
             "--group-size", str(group), "--max-new-tokens", str(new), "--n-eval", str(group), "--eval-batch", str(rows),
-            "--device", spec["device"], "--out", spec["out"]] + (SETTINGS[setting] or []) + spec.get("flags", [])
+            "--device", spec["device"], "--out", spec["out"]] + spec.get("flags", SETTINGS[setting] or [])
     cfg = reco_mini.parse_config(argv)
     tokenizer, model = hf.load_hf(cfg.model, cfg.device, hf.base_dtype(cfg))
     problems = math_data.math_splits(cfg.data)["train"]
@@ -349,10 +349,16 @@ def cpu_study(args) -> dict:
     return report
 
 
+def acceptance_flags(args) -> list[str]:
+    """after's flags, with --lora-rank R, without --gradient-checkpointing where asked (the 24 GB command's)."""
+    flags = [f for f in AFTER if not (args.no_checkpointing and f == "--gradient-checkpointing")]
+    return flags + (["--lora-rank", str(args.lora_rank)] if args.lora_rank else [])
+
+
 def acceptance(args) -> dict:
     """One RL step of reco_mini with the after flags on a random model of --shape (Qwen2.5-0.5B's; full depth), P x G
     = 8 x 8, 1024 new tokens, 2 mini-batches, on CUDA: the peak GPU memory. --lora-rank R: with LoRA adapters (target:
-    a 24 GB card). --smoke: the same path, tiny, on CPU."""
+    a 24 GB card); --no-checkpointing: without --gradient-checkpointing. --smoke: the same path, tiny, on CPU."""
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--acceptance needs CUDA (or --smoke for the CPU variant)")
@@ -362,12 +368,12 @@ def acceptance(args) -> dict:
         rows, new = (8, 8) if args.smoke else (ROWS, NEW)
         spec = dict(model=str(model), data=str(data), rows=rows, new=new, setting="after", phase="step", device=device,
                     out=str(Path(tmp) / "run"), group=8 if not args.smoke else 4, minibatches=2,
-                    flags=["--lora-rank", str(args.lora_rank)] if args.lora_rank else [])
+                    flags=acceptance_flags(args))
         t0 = time.time()
         res = measure(spec)  # in this process: on CPU (smoke) the peak includes writing the model
     out = {"check": "reco_mini_one_gpu", "shape": args.shape + (" (tiny smoke)" if args.smoke else ""),
            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "rows": rows, "new_tokens": new,
-           "flags": AFTER + spec["flags"], "prompt_len": res["prompt_len"], "peak_gb": res["peak"] / GB,
+           "flags": spec["flags"], "prompt_len": res["prompt_len"], "peak_gb": res["peak"] / GB,
            "peak_kind": "torch.cuda.max_memory_allocated" if device == "cuda" else "RSS high-water mark",
            "target_gb": 24.0 if args.lora_rank else REAL[args.shape], "seconds": time.time() - t0}
     out["ok"] = bool(args.smoke or out["peak_gb"] <= out["target_gb"])
@@ -383,6 +389,7 @@ def main(argv=None):
     ap.add_argument("--settings", default=",".join(SETTINGS), help="the table's settings to measure (comma-separated)")
     ap.add_argument("--shape", default="qwen2.5-0.5b", choices=list(REAL), help="--acceptance's model shape")
     ap.add_argument("--lora-rank", type=int, default=0, help="--acceptance with LoRA adapters of this rank")
+    ap.add_argument("--no-checkpointing", action="store_true", help="--acceptance without --gradient-checkpointing")
     ap.add_argument("--json", default="", help="write the report here")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
