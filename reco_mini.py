@@ -13,7 +13,6 @@ studies' trainer, this loop with their hook and the peers' methods, is experimen
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 import time
@@ -485,10 +484,11 @@ def main(argv: list[str] | None = None) -> dict:
     for method in cfg.method_list:
         (out / method).mkdir(parents=True, exist_ok=True)
         torch.manual_seed(cfg.seed)
-        model = copy.deepcopy(base).to(cfg.device).requires_grad_(True)
+        model, reference = hf.policy(cfg, base)  # a trainable copy, or LoRA adapters on it
         data = dict(problems=splits["train"], run_dir=out / method, evals=splits.get("val"))
-        train_rl(cfg, method, model, base, tokenizer=tokenizer, **data)
+        train_rl(cfg, method, model, reference, tokenizer=tokenizer, **data)
         results["methods"][method] = evaluate(cfg, model, tokenizer, splits["test"], desc=method)
+        hf.save_lora(cfg, model, tokenizer, out / method)  # --lora-rank: adapters/ and merged/
     results["wall_time_s"] = round(time.time() - start, 1)
     report.write_results(results, out)  # results.json, the Pass@k table and plot
     return results

@@ -17,6 +17,8 @@ settings:
   (full logits per micro-batch: what the previous stop measured), no base on the device (--kl-coef 0).
 - after: the same flags with the math default --head-chunk 256: the lm head runs per slice of 256 row-tokens
   from the hidden states, and no [rows, tokens, vocab] logits are kept.
+- lora: after's flags with --lora-rank 16 (issue 62): the base frozen in bf16, LoRA adapters (fp32) on every
+  attention and MLP projection, the KL reference the same model with its adapters off (reco.hf.policy).
 Evaluation is today's code in before and after (fp32, then bf16); only its precision differs.
 
 The fit: the memory above the loaded model is a + b rows + c seq + d rows seq (seq = prompt + new tokens), solved
@@ -37,6 +39,14 @@ Extrapolated (labelled so) to Qwen2.5-0.5B and Qwen2.5-Math-1.5B at P x G = 64 r
               growth from 1 to 2 layers, between 64 and 128 tokens (so that per-layer constants such as autocast's
               bf16 weight casts cancel): before, mini-batch (32 rows) x 1152 x layers x that; micro and after
               (checkpointing), 4 rows x 1152 x (layers x 4 B x hidden for the layer inputs + one layer's activations).
+LoRA (extrapolate_lora), rank 16 and 64, with and without gradient checkpointing, the same sum with:
+  base        2 B/param: the frozen base in bf16, no gradient, no optimizer state, no autocast copy
+  adapters    18 B/adapter param: fp32 weights, gradients, AdamW m and v, autocast's bf16 copy; the adapter
+              parameters counted by peft on a meta-device model (lora_params)
+  vocab path  lora's own fit (its fixed part less the tiny model's adapters' 18 B/param)
+  activations per token and layer measured as above, on the bf16 model with its adapters; with checkpointing,
+              4 rows x 1152 x (layers x 2 B x hidden, the bf16 layer inputs, + one layer's activations); without,
+              4 rows x 1152 x layers x that.
 """
 from __future__ import annotations
 
@@ -57,6 +67,7 @@ sys.path.insert(0, str(ROOT))
 
 import reco_mini  # noqa: E402
 from reco import hf  # noqa: E402
+from reco.cli import RunSettings  # noqa: E402
 from reco.tasks import TASKS  # noqa: E402
 
 GB = 1e9
@@ -67,15 +78,20 @@ SMOKE_SIZES = [(4, 2), (4, 4), (8, 2), (8, 4)]  # --smoke: the same path, measur
 GROUP, MICRO, PROMPT, NEW, ROWS = 4, 4, 128, 1024, 64  # the extrapolation's run: P x G = 64, 1024 new tokens
 REAL = {"qwen2.5-0.5b": 16.0, "qwen2.5-math-1.5b": 40.0}  # shape -> target GB (after)
 AFTER = ["--micro-batch", str(MICRO), "--dtype", "bfloat16", "--gradient-checkpointing"]  # + --head-chunk 256 (math)
-SETTINGS = {"before": None, "micro": AFTER + ["--head-chunk", "0"], "after": AFTER}  # name -> flags (None: c15662b)
+LORA_RANK = 16  # the lora setting's measured rank; the extrapolation's ranks: LORA_RANKS
+LORA_RANKS = (16, 64)
+SETTINGS = {"before": None, "micro": AFTER + ["--head-chunk", "0"], "after": AFTER,  # name -> flags (None: c15662b)
+            "lora": AFTER + ["--lora-rank", str(LORA_RANK)]}
+CARDS = (16, 24, 40, 48, 80)  # GB: the GPUs a table row is matched with (the smallest that holds the step)
 SMALL_BODY = dict(layers=1, hidden_size=64, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2)
 
 
-def write_model_and_data(folder: Path, layers: int | None = None, **overrides) -> tuple[Path, Path]:
-    """A random model of Qwen2.5-0.5B's shape (`layers` and `overrides` change it) and 40 problems."""
+def write_model_and_data(folder: Path, layers: int | None = None, shape: str = "qwen2.5-0.5b",
+                         **overrides) -> tuple[Path, Path]:
+    """A random model of `shape` (`layers` and `overrides` change it) and 40 problems."""
     from reco_scaled.shapes import random_model_dir
 
-    model = random_model_dir(folder / "model", "qwen2.5-0.5b", layers=layers, answers=["0", "1"], **overrides)
+    model = random_model_dir(folder / "model", shape, layers=layers, answers=["0", "1"], **overrides)
     data = folder / "problems.jsonl"
     data.write_text("".join(json.dumps({"problem": f"What is {i:02d} minus {i:02d}?", "answer": "0"}) + "\n"
                             for i in range(40)))
@@ -111,12 +127,14 @@ def measure(spec: dict) -> dict:
     argv = ["--task", "math", "--model", spec["model"], "--data", spec["data"], "--methods", "grpo", "--steps", "1",
             "--epochs", "1", "--minibatches", str(spec.get("minibatches", 1)), "--prompts-per-step", str(rows // group),
             "--group-size", str(group), "--max-new-tokens", str(new), "--n-eval", str(group), "--eval-batch", str(rows),
-            "--device", spec["device"], "--out", spec["out"]] + (SETTINGS[setting] or [])
+            "--device", spec["device"], "--out", spec["out"]] + spec.get("flags", SETTINGS[setting] or [])
     cfg = reco_mini.parse_config(argv)
-    tokenizer, model = hf.load_hf(cfg.model, cfg.device)
+    tokenizer, model = hf.load_hf(cfg.model, cfg.device, hf.base_dtype(cfg))
     problems = TASKS["math"].splits(cfg)["train"]
     prompt_len = len(tokenizer(TASKS["math"].prompt(problems[0], tokenizer)).input_ids)
     base = copy.deepcopy(model).requires_grad_(False) if setting == "before" else None
+    if cfg.lora_rank:  # adapters on the frozen base; the reference: the same model with its adapters off
+        model, base = hf.policy(cfg, model.requires_grad_(False))
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     start = peak_reset(cfg.device)
     t0 = time.time()
@@ -141,10 +159,11 @@ def child(spec: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def layer_activation_bytes(shape: str, bf16: bool, tokens: tuple[int, int] = (64, 128)) -> float:
+def layer_activation_bytes(shape: str, bf16: bool, tokens: tuple[int, int] = (64, 128), lora_rank: int = 0) -> float:
     """Bytes autograd keeps per token and decoder layer at the real width (distinct storages that are not
     parameters): the growth from a 1-layer to a 2-layer model (small vocabulary: it cancels), per extra token
-    between the two token counts (so per-layer constants, e.g. autocast's bf16 casts of the weights, cancel too)."""
+    between the two token counts (so per-layer constants, e.g. autocast's bf16 casts of the weights, cancel too).
+    lora_rank > 0: the model in bf16, frozen, with LoRA adapters of that rank (reco.hf.policy's)."""
     from transformers import AutoModelForCausalLM
 
     from reco_scaled.shapes import hf_config
@@ -153,6 +172,8 @@ def layer_activation_bytes(shape: str, bf16: bool, tokens: tuple[int, int] = (64
     for layers in (1, 2):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(hf_config(shape, layers, vocab_size=512)).train()
+        if lora_rank:
+            model = with_adapters(model.to(torch.bfloat16).requires_grad_(False), lora_rank).train()
         params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         for n in tokens:
             storages: dict[int, int] = {}
@@ -187,6 +208,46 @@ def extrapolate(shape: str, setting: str, fit: dict[str, float]) -> dict[str, fl
              "KV cache": ROWS * seq * kv * (4 if before else 2),
              "activations": (ROWS // 2) * seq * layers * act if before else MICRO * seq * (layers * 4 * hidden + act)}
     return {k: v / GB for k, v in terms.items()} | {"total": sum(terms.values()) / GB}
+
+
+def with_adapters(model, rank: int):
+    """`model` with LoRA adapters as reco_mini's --lora-rank puts them (reco.hf.policy: all-linear, alpha 32)."""
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(r=rank, lora_alpha=RunSettings.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def lora_params(shape: str, rank: int, **overrides) -> int:
+    """The adapters' parameters of `shape` at `rank`, counted by peft on a meta-device model."""
+    from transformers import AutoModelForCausalLM
+
+    from reco_scaled.shapes import hf_config
+
+    with torch.device("meta"):
+        model = with_adapters(AutoModelForCausalLM.from_config(hf_config(shape, **overrides)), rank)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def extrapolate_lora(shape: str, rank: int, checkpointing: bool, fit: dict[str, float]) -> dict[str, float]:
+    """One RL step with --lora-rank `rank` (docstring: the LoRA terms); fit: the lora setting's."""
+    from reco_scaled.shapes import SHAPES, parameter_count
+
+    c, n, adapters = SHAPES[shape], parameter_count(shape)[0], lora_params(shape, rank)
+    layers, hidden, seq = c["num_hidden_layers"], c["hidden_size"], PROMPT + NEW
+    kv = layers * 2 * c["num_key_value_heads"] * (hidden // c["num_attention_heads"])
+    act = layer_activation_bytes(shape, bf16=True, lora_rank=rank)
+    tiny_adapters = lora_params("qwen2.5-0.5b", LORA_RANK, **SMALL_BODY)
+    terms = {"frozen bf16 base (2 B/param)": 2 * n, "adapters (18 B/adapter param)": 18 * adapters,
+             "vocab path (measured fit)": max(0.0, fit["per_row"]) * ROWS + max(0.0, fit["per_token"]) * seq
+             + max(0.0, fit["per_row_token"]) * ROWS * seq + max(0.0, fit["constant"] - 18 * tiny_adapters),
+             "KV cache": ROWS * seq * kv * 2,
+             "activations": MICRO * seq * (layers * 2 * hidden + act) if checkpointing else MICRO * seq * layers * act}
+    return {k: v / GB for k, v in terms.items()} | {"total": sum(terms.values()) / GB, "adapter_params": adapters}
+
+
+def smallest_card(total_gb: float) -> str:
+    return next((f"{card} GB" for card in CARDS if total_gb <= card), f"more than {CARDS[-1]} GB")
 
 
 def extrapolate_eval(shape: str, bf16: bool, slope_rows: float, rows: int = 64) -> dict[str, float]:
@@ -225,12 +286,13 @@ def cpu_study(args) -> dict:
     """The table: every measurement in a child process. --smoke: toy sizes, measured in this process (the path runs;
     the numbers mean nothing)."""
     sizes, run = (SMOKE_SIZES, measure) if args.smoke else (SIZES, child)
+    chosen = [name for name in SETTINGS if name in args.settings.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         model, data = write_model_and_data(Path(tmp), **SMALL_BODY)
         rows = []
-        for setting in SETTINGS:
+        for setting in chosen:
             for phase in ("step", "eval"):
-                if phase == "eval" and setting == "micro":
+                if phase == "eval" and setting in ("micro", "lora"):
                     continue  # evaluation does not read --head-chunk: after's evaluation is micro's
                 for r, t in sizes if phase == "step" else [x for x in sizes if x[1] == sizes[-1][1]]:
                     spec = dict(model=str(model), data=str(data), rows=r, new=t, setting=setting, phase=phase,
@@ -242,12 +304,13 @@ def cpu_study(args) -> dict:
                           f"{res['peak'] / GB:6.2f} GB, above the loaded model {res['increase'] / GB:6.2f} GB "
                           f"({res['seconds']:.0f} s)", flush=True)
     report = {"sizes": sizes, "measurements": rows, "fits": {}, "extrapolated": {}}
-    for setting in SETTINGS:
+    for setting in chosen:
         m = {(x["rows"], x["new"]): x for x in rows if x["setting"] == setting and x["phase"] == "step"}
         fit = report["fits"][f"{setting} step"] = bilinear_fit(m, sizes)
         print(f"fit {setting:6s} step: {fit['per_row_token'] / 1e6:7.3f} MB per rollout row-token, "
               f"{fit['per_token'] / 1e6:7.3f} MB per token (micro-batch path), {fit['per_row'] / 1e6:7.2f} MB per row")
-    for setting in ("before", "after"):
+    evals = [setting for setting in ("before", "after") if setting in chosen]
+    for setting in evals:
         m = [x for x in rows if x["setting"] == setting and x["phase"] == "eval"]
         lo, hi = sorted(m, key=lambda x: x["rows"])
         slope = (hi["increase"] - lo["increase"]) / ((hi["rows"] - lo["rows"]) * (hi["prompt_len"] + hi["new"]))
@@ -256,14 +319,26 @@ def cpu_study(args) -> dict:
     print(f"\nExtrapolated (CPU-measured fits + the terms in the docstring), P x G = {ROWS}, prompt {PROMPT} "
           f"+ {NEW} new tokens:")
     for shape, target in REAL.items():
-        for setting in SETTINGS:
+        for setting in [s for s in chosen if s != "lora"]:
             e = extrapolate(shape, setting, report["fits"][f"{setting} step"])
             report["extrapolated"][f"{shape} {setting} step"] = e
             verdict = f"  target <= {target:.0f} GB: {'met' if e['total'] <= target else 'NOT met'}" if setting == "after" else ""
             print(f"  {shape:18s} {setting:6s} RL step: {e['total']:7.1f} GB  ("
                   + ", ".join(f"{k} {v:.1f}" for k, v in e.items() if k != "total") + ")" + verdict)
+    print(f"Extrapolated LoRA RL step (--lora-rank R --dtype bfloat16 --micro-batch {MICRO}, the lora fit), "
+          f"P x G = {ROWS}, prompt {PROMPT} + {NEW} new tokens:")
+    for shape in REAL if "lora" in chosen else []:
+        for rank in LORA_RANKS:
+            for checkpointing in (True, False):
+                e = extrapolate_lora(shape, rank, checkpointing, report["fits"]["lora step"])
+                gc = "checkpointing" if checkpointing else "no checkpointing"
+                report["extrapolated"][f"{shape} lora {rank} {gc} step"] = e
+                print(f"  {shape:18s} rank {rank:2d} {gc:16s}: {e['total']:6.1f} GB, smallest card "
+                      f"{smallest_card(e['total'])}  (" + ", ".join(f"{k} {v:.2f}" for k, v in e.items()
+                                                                     if k not in ("total", "adapter_params"))
+                      + f"; {e['adapter_params'] / 1e6:.1f}M adapter parameters)")
     print(f"Extrapolated evaluation, one call of --eval-batch 64 (the math default) at {PROMPT} + {NEW} tokens:")
-    for shape in REAL:
+    for shape in REAL if len(evals) == 2 else []:
         for setting, bf16 in (("before", False), ("after", True)):
             e = extrapolate_eval(shape, bf16, report["fits"][f"{setting} eval"]["per_row_token"])
             report["extrapolated"][f"{shape} {'bf16' if bf16 else 'fp32'} eval"] = e
@@ -273,25 +348,33 @@ def cpu_study(args) -> dict:
     return report
 
 
+def acceptance_flags(args) -> list[str]:
+    """after's flags, with --lora-rank R, without --gradient-checkpointing where asked (the 24 GB command's)."""
+    flags = [f for f in AFTER if not (args.no_checkpointing and f == "--gradient-checkpointing")]
+    return flags + (["--lora-rank", str(args.lora_rank)] if args.lora_rank else [])
+
+
 def acceptance(args) -> dict:
-    """One RL step of reco_mini with the after flags on a Qwen2.5-0.5B-shaped random model (full depth), P x G =
-    8 x 8, 1024 new tokens, 2 mini-batches, on CUDA: the peak GPU memory. --smoke: the same path, tiny, on CPU."""
+    """One RL step of reco_mini with the after flags on a random model of --shape (Qwen2.5-0.5B's; full depth), P x G
+    = 8 x 8, 1024 new tokens, 2 mini-batches, on CUDA: the peak GPU memory. --lora-rank R: with LoRA adapters (target:
+    a 24 GB card); --no-checkpointing: without --gradient-checkpointing. --smoke: the same path, tiny, on CPU."""
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--acceptance needs CUDA (or --smoke for the CPU variant)")
     with tempfile.TemporaryDirectory() as tmp:
         small = dict(layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1)
-        model, data = write_model_and_data(Path(tmp), **(small if args.smoke else {"layers": None}))
+        model, data = write_model_and_data(Path(tmp), shape=args.shape, **(small if args.smoke else {"layers": None}))
         rows, new = (8, 8) if args.smoke else (ROWS, NEW)
         spec = dict(model=str(model), data=str(data), rows=rows, new=new, setting="after", phase="step", device=device,
-                    out=str(Path(tmp) / "run"), group=8 if not args.smoke else 4, minibatches=2)
+                    out=str(Path(tmp) / "run"), group=8 if not args.smoke else 4, minibatches=2,
+                    flags=acceptance_flags(args))
         t0 = time.time()
         res = measure(spec)  # in this process: on CPU (smoke) the peak includes writing the model
-    out = {"check": "reco_mini_one_gpu", "shape": "qwen2.5-0.5b" + (" (tiny smoke)" if args.smoke else ""),
+    out = {"check": "reco_mini_one_gpu", "shape": args.shape + (" (tiny smoke)" if args.smoke else ""),
            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "rows": rows, "new_tokens": new,
-           "flags": AFTER, "prompt_len": res["prompt_len"], "peak_gb": res["peak"] / GB,
+           "flags": spec["flags"], "prompt_len": res["prompt_len"], "peak_gb": res["peak"] / GB,
            "peak_kind": "torch.cuda.max_memory_allocated" if device == "cuda" else "RSS high-water mark",
-           "target_gb": REAL["qwen2.5-0.5b"], "seconds": time.time() - t0}
+           "target_gb": 24.0 if args.lora_rank else REAL[args.shape], "seconds": time.time() - t0}
     out["ok"] = bool(args.smoke or out["peak_gb"] <= out["target_gb"])
     print(json.dumps(out, indent=1))
     return out
@@ -302,6 +385,10 @@ def main(argv=None):
     ap.add_argument("--acceptance", action="store_true", help="one RL step, Qwen2.5-0.5B shape, full depth, on CUDA")
     ap.add_argument("--smoke", action="store_true", help="the same code path, tiny, on CPU (alone: the table's, "
                     "measured in this process; with --acceptance: the acceptance check's)")
+    ap.add_argument("--settings", default=",".join(SETTINGS), help="the table's settings to measure (comma-separated)")
+    ap.add_argument("--shape", default="qwen2.5-0.5b", choices=list(REAL), help="--acceptance's model shape")
+    ap.add_argument("--lora-rank", type=int, default=0, help="--acceptance with LoRA adapters of this rank")
+    ap.add_argument("--no-checkpointing", action="store_true", help="--acceptance without --gradient-checkpointing")
     ap.add_argument("--json", default="", help="write the report here")
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -111,6 +111,7 @@ class Config(rm.Config, peers.PeerSettings, StudySettings):
              f"must be at most --group-size ({self.group_size}), got {self.pass_k}"),
             ("head_chunk", self.head_chunk <= 0 or self.token_ratio != "simko",
              f"{self.head_chunk} keeps no logits, which --token-ratio simko reads; use --head-chunk 0"),
+            ("lora_rank", self.lora_rank == 0, "is reco_mini's (reco.hf.policy); the studies train the full model"),
         ])
 
     def checks(self) -> list[tuple[str, bool, str]]:

@@ -128,6 +128,8 @@ RUN_NUMBERS = {
     "eval_batch": Allowed(0),  # 0 = the task's
     "micro_batch": Allowed(0),  # 0 = the whole mini-batch
     "head_chunk": Allowed(0, special=(-1,)),  # 0 = full logits, -1 = the task's
+    "lora_rank": Allowed(0),  # 0 = off: the full model trains
+    "lora_alpha": POSITIVE,
 }
 # The settings with a fixed set of values that no registry holds (the registries' values: REGISTRIES).
 CHOICES = {
@@ -176,6 +178,10 @@ class RunSettings:
     head_chunk: int = opt(-1, "row-tokens per lm-head slice (0 = full logits; -1: math 256)")
     dtype: str = opt("float32", "precision of the forwards (bfloat16: autocast over fp32 weights)")
     gradient_checkpointing: bool = opt(False, "recompute each decoder layer in the backward pass")
+    lora_rank: int = opt(0, "train LoRA adapters of this rank on the frozen model (0 = full fine-tune)")
+    lora_alpha: float = opt(32.0, "LoRA's alpha: the adapters add (alpha / rank) B A to each target's weight")
+    lora_targets: str = opt("all-linear", "modules that get adapters: all-linear (every attention and MLP projection) "
+                            "or comma-separated module names (q_proj,v_proj)")
     log: str = opt("", "also log each RL step to (log.jsonl is always written)")
     overwrite: bool = opt(False, "replace the results of a different config in --out")
 
@@ -231,7 +237,14 @@ def run_checks(cfg, methods: list[str], tasks: list[str]) -> list[tuple[str, boo
          f"must be integers in [1, --n-eval], got {cfg.ks!r}"),
         choice(cfg, "dtype", CHOICES["dtype"]),
         ("log", not check_sinks(cfg.log), check_sinks(cfg.log)),
+        ("lora_rank", cfg.lora_rank == 0 or bool(cfg.model),
+         f"needs --model (a Hugging Face model); the tiny model of --task {cfg.task} trains in full"),
+        ("lora_targets", bool(LORA_TARGETS.fullmatch(cfg.lora_targets)),
+         f"must be all-linear or comma-separated module names, got {cfg.lora_targets!r}"),
     ]
+
+
+LORA_TARGETS = re.compile(r"all-linear|\w+(,\w+)*")  # --lora-targets; the names are checked on the model (reco.hf)
 
 
 def resolve_defaults(cfg, task, methods: list[str], tasks: list[str]) -> None:
@@ -350,7 +363,7 @@ def flag_help(text: str, default=None, choices=None) -> str:
 GROUPS = {
     "run": ("seed", "device", "quick", "steps", "prompts_per_step", "group_size", "epochs", "minibatches", "lr",
             "grad_clip", "temperature", "max_new_tokens", "micro_batch", "head_chunk", "dtype",
-            "gradient_checkpointing"),
+            "gradient_checkpointing", "lora_rank", "lora_alpha", "lora_targets"),
     "methods": ("methods", "method", "occurrence", "token_ratio", "focal_gamma"),
     "loss": ("occurrence_apply", "occurrence_norm", "variance_cap", "variance_norm", "clip_low", "clip_high", "dual_clip",
              "kl_coef", "no_std", "aggregation"),

@@ -6,11 +6,14 @@ a corrupt weights file: unreadable_weights); stop_token_ids gives the tokens tha
 reco_scaled's engines); sample is reco_mini's KV-cache sampler; token_stats is the memory-saving path that
 --head-chunk > 0 takes instead of reco_mini's readable forward (tested against it), and check_lm_head the model check
 it needs; autocast (--dtype) and training (--gradient-checkpointing) are the precision and update contexts;
-save_atomic writes checkpoints, and stop_if_not_finite ends a run before a non-finite update.
+save_atomic writes checkpoints, and stop_if_not_finite ends a run before a non-finite update. --lora-rank: policy
+makes the trained model (a copy of the base, or LoRA adapters on it through peft) and its KL reference (AdaptersOff),
+save_lora writes the adapters and the merged model.
 Nothing here imports reco_mini: it is handed what it needs.
 """
 from __future__ import annotations
 
+import copy
 import math
 import re
 import sys
@@ -25,15 +28,16 @@ from torch.utils.checkpoint import checkpoint
 from reco.cli import fail
 
 
-def load_hf(name_or_path: str, device: str):
-    """(tokenizer, model) of a Hugging Face causal LM, left-padded, fp32; a one-line error if it cannot load."""
+def load_hf(name_or_path: str, device: str, dtype: torch.dtype = torch.float32):
+    """(tokenizer, model) of a Hugging Face causal LM, left-padded, in `dtype` (fp32: reco_mini's master weights; a
+    LoRA base: base_dtype); a one-line error if it cannot load."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if problem := model_problem(name_or_path):
         fail(f"--model {problem}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path, padding_side="left")
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch.float32).to(device)
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype).to(device)
     except (OSError, ValueError) as e:
         fail(f"--model {name_or_path}: cannot load it ({str(e).strip().splitlines()[0]})")
     except Exception:
@@ -255,3 +259,78 @@ def save_atomic(state: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(state, path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)
+
+
+# --lora-rank R > 0: the base stays frozen in the dtype it was loaded in (base_dtype) and only LoRA adapters train
+# (fp32, through peft); their policy's reference for the KL term and kl_base is the same model with the adapters off.
+def base_dtype(cfg) -> torch.dtype:
+    """The dtype --model loads in: fp32 (the weights train, in fp32 under --dtype's autocast); with --lora-rank, the
+    frozen base is kept in --dtype (bfloat16: half the memory of fp32)."""
+    return torch.bfloat16 if cfg.lora_rank and cfg.dtype == "bfloat16" else torch.float32
+
+
+def check_lora_targets(cfg, model) -> None:
+    """--lora-targets: each name is a linear layer of the model; else one line and exit 2, before any work."""
+    if cfg.lora_rank and (problem := lora_target_problem(cfg.lora_targets, model)):
+        fail(f"--lora-targets {problem}")
+
+
+def lora_target_problem(targets: str, model) -> str:
+    """Why LoRA `targets` (all-linear, or comma-separated names, which peft matches with the last part of a
+    module's name) do not fit `model`, as the rest of a one-line error; '' when they do."""
+    if targets == "all-linear":
+        return ""
+    linear = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+    unknown = [t for t in targets.split(",") if t not in linear]
+    return (f"{unknown[0]}: {type(model).__name__} has no linear layer of that name (its linear layers: "
+            f"{','.join(linear)})") if unknown else ""
+
+
+def policy(cfg, base):
+    """(model, reference): the policy reco_mini trains from the frozen `base` and train_rl's `base`, the reference of
+    the KL term and kl_base. Without --lora-rank, a trainable copy of the base, and the base. With it, a copy of the
+    base, frozen in its dtype, with fresh LoRA adapters (fp32: peft's autocast_adapter_dtype; B = 0, so the policy
+    starts as the base), and that same model with its adapters off: no second copy of the weights."""
+    if not cfg.lora_rank:
+        return copy.deepcopy(base).to(cfg.device).requires_grad_(True), base
+    from peft import LoraConfig, get_peft_model
+
+    targets = cfg.lora_targets if cfg.lora_targets == "all-linear" else cfg.lora_targets.split(",")
+    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=targets, task_type="CAUSAL_LM")
+    model = get_peft_model(copy.deepcopy(base.to("cpu")), lora).to(cfg.device)  # the base waits on the CPU
+    return model, AdaptersOff(model)
+
+
+class AdaptersOff:
+    """A LoRA model with its adapters off (peft's disable_adapter): the base policy on the trained model's own
+    weights. It answers what reco_mini asks of a base: a forward, the decoder and the lm head (--head-chunk's
+    path), the device."""
+
+    def __init__(self, model, net=None):
+        self.model, self.net = model, model if net is None else net
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def __call__(self, *args, **kwargs):
+        with self.model.disable_adapter():
+            return self.net(*args, **kwargs)
+
+    def get_decoder(self) -> AdaptersOff:
+        return AdaptersOff(self.model, self.model.get_decoder())
+
+    def get_output_embeddings(self) -> AdaptersOff:
+        return AdaptersOff(self.model, self.model.get_output_embeddings())
+
+
+def save_lora(cfg, model, tokenizer, run_dir: Path) -> None:
+    """--lora-rank: the trained policy in run_dir twice, as adapters/ (peft's adapter_config.json and weights, which
+    PeftModel.from_pretrained puts on the base) and merged/ (the base with the adapters merged in, in the base's
+    dtype, with the tokenizer: a Hugging Face model directory that reco_scaled.evaluate and vLLM load as they are).
+    Without it, nothing: model.pt is the trained model."""
+    if not cfg.lora_rank:
+        return
+    model.save_pretrained(run_dir / "adapters")
+    copy.deepcopy(model).to("cpu").merge_and_unload().save_pretrained(run_dir / "merged")
+    tokenizer.save_pretrained(run_dir / "merged")

@@ -1,7 +1,8 @@
 """Atomic, exactly resumable checkpoints.
 
-Layout: <out>/checkpoints/step_000004/ holds the model and optimizer (torch.distributed.checkpoint,
-sharded under FSDP2, written once under DDP), rng_rank<r>.pt (every rank's RNG states) and
+Layout: <out>/checkpoints/step_000004/ holds the model's trained parameters (with model.lora_rank: the adapters,
+not the frozen base) and the optimizer (torch.distributed.checkpoint, sharded under FSDP2, written once under DDP),
+rng_rank<r>.pt (every rank's RNG states) and
 trainer.json (step, data position, scheduler, world size, the model's parameter signature and the
 config). A checkpoint is written into step_000004.tmp/ and renamed when every rank has finished, and
 <out>/checkpoints/latest names the newest one, so a crash never leaves a half checkpoint behind.
@@ -29,6 +30,10 @@ from torch.distributed.checkpoint.state_dict import (
 
 from reco_mini import LossConfig
 from reco_scaled import distributed
+from reco_scaled.model import merged_weights
+
+# loading: a LoRA run's frozen parameters are not in the checkpoint (dcp.load found every trained one, or raised)
+INTO_TRAINED = StateDictOptions(ignore_frozen_params=True, strict=False)
 
 
 class CheckpointError(RuntimeError):
@@ -88,6 +93,14 @@ def resume_point(cfg) -> Path | None:
     return path
 
 
+def trained_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """get_state_dict without the frozen parameters: a LoRA run's base is model.path's, and its checkpoints hold the
+    adapters (ignore_frozen_params alone keeps the tied copy of a frozen weight, lm_head = embed_tokens)."""
+    model_state, optim_state = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=True))
+    frozen = {n.removeprefix("module.") for n, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    return {k: v for k, v in model_state.items() if k not in frozen}, optim_state
+
+
 def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict,
          d: distributed.Dist, keep: int) -> Path:
     """Every rank calls this; returns the checkpoint directory."""
@@ -96,7 +109,7 @@ def save(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimiz
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     distributed.barrier()
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = trained_state(model, optimizer)
     with warnings.catch_warnings():  # a single process without a process group is intended here
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp)
@@ -125,7 +138,7 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, expecte
         raise CheckpointError(f"checkpoint {path} was written for a different model: {_diff(meta['signature'], expected)}. "
                               "Refusing to start from scratch; point checkpoint.resume at a matching checkpoint, "
                               "or use a new run name.")
-    model_state, optim_state = get_state_dict(model, optimizer)
+    model_state, optim_state = trained_state(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
     try:
         with warnings.catch_warnings():
@@ -133,7 +146,8 @@ def load(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, expecte
             dcp.load(state, checkpoint_id=path)
     except Exception as e:  # DCP raises several types for missing or mismatched entries
         raise CheckpointError(f"checkpoint {path} does not match this run's model or optimizer: {e}") from e
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
+                   options=INTO_TRAINED)
     rng = path / f"rng_rank{d.rank}.pt"
     if meta["world_size"] == d.world_size and rng.exists():
         _set_rng_state(torch.load(rng, weights_only=True))
@@ -147,13 +161,18 @@ def export_hf(path: Path, model: nn.Module, lm: nn.Module, tokenizer, dtype: tor
     """Write the policy as a Hugging Face model directory (for reco_scaled.evaluate and vLLM); all ranks call it.
 
     model: the (wrapped) PolicyModel; lm: its inner HF model, whose config and save_pretrained are used.
-    The weights are written in `dtype`, and config.json's "dtype" says so (dtype="auto" loads them as such).
+    The weights are written in `dtype`, and config.json's "dtype" says so (dtype="auto" loads them as such). With
+    LoRA adapters, the plain model's weights with the adapters merged in (model.merged_weights).
     """
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0 only
-    state = get_model_state_dict(model, options=options)
+    if any(".lora_" in name for name, _ in lm.named_parameters()):  # model.lora_rank, under DDP: lm holds it all
+        state = {f"lm.{k}": v.cpu() for k, v in merged_weights(lm).items()} if d.main else {}
+    else:
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)  # gathered on rank 0 only
+        state = get_model_state_dict(model, options=options)
     if d.main:
         # gathered copies of tied weights (lm_head = embed_tokens) are no longer shared: keep each parameter once
-        names = {n for n, _ in lm.named_parameters()} | {n for n, _ in lm.named_buffers()}
+        names = {n.replace(".base_layer.", ".") for n, _ in lm.named_parameters() if ".lora_" not in n}
+        names |= {n for n, _ in lm.named_buffers()}
         state = {k.removeprefix("lm."): v.to(dtype) for k, v in state.items() if k.removeprefix("lm.") in names}
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)

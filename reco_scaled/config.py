@@ -31,6 +31,9 @@ class ModelConfig:
     path: str = ""  # HF model directory or hub name; "" = reco_mini's tiny countdown model (SFT once, cached)
     precision: str = "bf16"  # bf16 | fp32; bf16: on GPU, bf16 compute over fp32 master weights (CPU always runs fp32)
     gradient_checkpointing: bool = False
+    lora_rank: int = 0  # > 0: train LoRA adapters of this rank (peft) on the frozen base; ddp and rollout.engine hf only
+    lora_alpha: float = 32.0  # the adapters add (alpha / rank) B A to each target's weight
+    lora_targets: str = "all-linear"  # all-linear (every attention and MLP projection) or comma-separated module names
 
 
 @dataclass
@@ -170,6 +173,8 @@ NUMBERS = {
     "train.dist_timeout_minutes": POSITIVE,
     "checkpoint.every": Allowed(0),  # 0 = the last step only
     "checkpoint.keep": Allowed(1),
+    "model.lora_rank": Allowed(0),  # 0 = off: the full model trains
+    "model.lora_alpha": POSITIVE,
 }
 
 
@@ -244,6 +249,8 @@ def validate(cfg: RunConfig) -> None:
     if cfg.algo.occurrence == "canonical":
         raise ConfigError("config key 'algo.occurrence' canonical is not supported by reco_scaled yet: its "
                           "canonical keys come from reco_mini's tasks only (countdown's response_key); use count")
+    if cfg.model.lora_rank:
+        lora_checks(cfg)
     if problem := log.check_sinks(cfg.train.loggers):
         raise ConfigError(f"config key 'train.loggers' {problem}")
     if not cfg.name:
@@ -255,6 +262,22 @@ def validate(cfg: RunConfig) -> None:
                           f"chat (a fenced ```python block, for an instruct model), got {cfg.data.template!r}")
     if cfg.task == "countdown" and cfg.data.train:
         raise ConfigError("config key 'data.train' is for tasks math and code; countdown problems come from reco_mini")
+
+
+def lora_checks(cfg: RunConfig) -> None:
+    """model.lora_rank > 0: the combinations that cannot take adapters yet, each refused in one line."""
+    if not cli.LORA_TARGETS.fullmatch(cfg.model.lora_targets):
+        raise ConfigError("config key 'model.lora_targets' must be all-linear or comma-separated module names, got "
+                          f"{cfg.model.lora_targets!r}")
+    if "lm_head" in cfg.model.lora_targets.split(","):
+        raise ConfigError("config key 'model.lora_targets' lm_head: the lm head is applied by its weight "
+                          "(PolicyModel, reco_scaled.loss.token_stats), which would leave its adapters out")
+    if cfg.train.parallel == "fsdp2":
+        raise ConfigError("config key 'model.lora_rank' needs train.parallel ddp: under fsdp2 the frozen base and the "
+                          "adapters would need separate shards and a checkpoint of the adapters alone, not written yet")
+    if cfg.rollout.engine == "vllm":
+        raise ConfigError("config key 'model.lora_rank' needs rollout.engine hf: the vLLM engine syncs a full model's "
+                          "weights and has no path for adapters (vLLM's LoRA serving) yet")
 
 
 def get(cfg: RunConfig, key: str) -> Any:

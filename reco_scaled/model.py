@@ -4,7 +4,9 @@
 fused, see loss.token_stats) inside one module call, so FSDP2's root unshards the LM head for it.
 `load_lm` loads a model directory (real weights on rank 0 only: `build_lm`); with model.path "" it
 first builds reco_mini's tiny countdown model, SFT-ed by reco.tasks.countdown.sft and cached as a model
-directory under runs/cache/.
+directory under runs/cache/. With model.lora_rank > 0, `add_adapters` puts LoRA adapters (peft) into it and
+freezes the rest, and `merged_weights` gives the plain model's weights with the adapters merged in (the HF
+engine's sync and the final export).
 """
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from reco.hf import unreadable_weights
+from reco.hf import lora_target_problem, unreadable_weights
 from reco.tasks.countdown import char_tokenizer, make_splits, sft, tiny_model
 from reco_mini import Config
 from reco_scaled import distributed
-from reco_scaled.config import RunConfig
+from reco_scaled.config import ConfigError, RunConfig
 from reco_scaled.loss import token_stats
 
 
@@ -49,7 +51,8 @@ class PolicyModel(nn.Module):
 
 
 def load_lm(cfg: RunConfig, d: distributed.Dist) -> tuple[nn.Module, object, str]:
-    """(fp32 HF causal LM, tokenizer, model directory): real weights on rank 0 only, see `build_lm`."""
+    """(HF causal LM, tokenizer, model directory): real weights on rank 0 only, see `build_lm`. fp32 (the master
+    weights); with model.lora_rank > 0 the base is frozen in the compute dtype (bf16 on a GPU with precision bf16)."""
     from transformers import AutoTokenizer
 
     path = cfg.model.path
@@ -61,7 +64,8 @@ def load_lm(cfg: RunConfig, d: distributed.Dist) -> tuple[nn.Module, object, str
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    lm = build_lm(path, torch.float32, d)
+    bf16_base = cfg.model.lora_rank and d.device.type == "cuda" and cfg.model.precision == "bf16"
+    lm = build_lm(path, torch.bfloat16 if bf16_base else torch.float32, d)
     if cfg.model.gradient_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lm.config.use_cache = False
@@ -85,6 +89,36 @@ def build_lm(path: str, dtype: torch.dtype, d: distributed.Dist) -> nn.Module:
             raise
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path), dtype=dtype)
+
+
+def add_adapters(cfg: RunConfig, lm: nn.Module):
+    """model.lora_rank > 0: fresh LoRA adapters in lm's target layers, in place (peft: fp32, B = 0, so the policy
+    starts as the base), the rest of lm frozen; returns the PeftModel around lm (disable_adapter, save_pretrained).
+    None without LoRA. Targets that lm does not have are a ConfigError."""
+    m = cfg.model
+    if not m.lora_rank:
+        return None
+    if problem := lora_target_problem(m.lora_targets, lm):
+        raise ConfigError(f"config key 'model.lora_targets' {problem}")
+    from peft import LoraConfig, get_peft_model
+
+    targets = m.lora_targets if m.lora_targets == "all-linear" else m.lora_targets.split(",")
+    return get_peft_model(lm, LoraConfig(r=m.lora_rank, lora_alpha=m.lora_alpha, target_modules=targets,
+                                         task_type="CAUSAL_LM"))
+
+
+@torch.no_grad()
+def merged_weights(lm: nn.Module) -> dict[str, Tensor]:
+    """lm's state dict under the plain model's names, each LoRA layer's weight W + (alpha / r) B A (peft's
+    get_delta_weight, in fp32 over the frozen W, which stays as it is); without LoRA layers, lm's state dict."""
+    from peft.tuners.lora import LoraLayer
+
+    state = {k.replace(".base_layer.", "."): v for k, v in lm.state_dict().items() if ".lora_" not in k}
+    for name, layer in lm.named_modules():
+        if isinstance(layer, LoraLayer) and not layer.disable_adapters:
+            for adapter in layer.active_adapters:
+                state[f"{name}.weight"] = state[f"{name}.weight"].float() + layer.get_delta_weight(adapter).float()
+    return state
 
 
 def mini_config(cfg: RunConfig) -> Config:

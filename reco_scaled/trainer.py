@@ -5,7 +5,9 @@ Memory: only rank 0 reads the weights from disk (the others build the model on t
 receive rank 0's weights, distributed.wrap); on GPU with precision bf16, FSDP2 computes in bf16 over
 fp32 master weights and reduce-scatters fp32 gradients after every micro-batch, and autocast covers
 the forward only. The reference model is built only when algo.kl_coef > 0; without it `kl_base` is
-not logged (docs/design.md §2 lists it; it would cost a second model and a forward pass per step).
+not logged (docs/design.md §2 lists it; it would cost a second model and a forward pass per step). With
+model.lora_rank > 0 only LoRA adapters train (model.add_adapters), and the reference is the policy with its
+adapters off: no second model.
 The rollout engine sleeps during the update and is woken in the order weights -> sync -> KV cache.
 
 Distribution: each rank owns prompts_per_step / world_size whole groups, so advantages
@@ -35,7 +37,7 @@ from reco_mini import focal_scale, group_advantages, k3, occurrence_weights
 from reco_scaled import checkpoint, distributed
 from reco_scaled.config import RunConfig, batch_plan, describe, flatten
 from reco_scaled.loss import StatSums, collate, micro_loss, take
-from reco_scaled.model import PolicyModel, build_lm, load_lm
+from reco_scaled.model import PolicyModel, add_adapters, build_lm, load_lm
 from reco_scaled.rollout.factory import make_engine
 from reco_scaled.task import PromptSampler, load_task
 
@@ -49,6 +51,7 @@ class Trainer:
         random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
         lm, self.tokenizer, model_dir = load_lm(cfg, d)
+        self.adapted = add_adapters(cfg, lm)  # model.lora_rank: the PeftModel around lm, else None
         self.signature = checkpoint.signature(lm)
         self.task = load_task(cfg, self.tokenizer, problems)
         self.sampler = PromptSampler(len(self.task.problems), cfg.seed)
@@ -62,8 +65,9 @@ class Trainer:
         policy = PolicyModel(lm, fused=cfg.train.fused_kernel)
         self.model = distributed.wrap(policy, policy.layers, cfg.train.parallel, d,
                                       param_dtype=torch.bfloat16 if self.bf16 else None)
-        self.ref = None  # the frozen base policy, for the KL penalty only
-        if cfg.loss.kl_coef > 0:
+        self.kl = cfg.loss.kl_coef > 0
+        self.ref = None  # the frozen base policy, for the KL penalty only; with LoRA, the policy's adapters off
+        if self.kl and self.adapted is None:
             ref = PolicyModel(build_lm(model_dir, dtype, d), fused=cfg.train.fused_kernel).requires_grad_(False).eval()
             self.ref = distributed.wrap(ref, ref.layers, cfg.train.parallel, d, trainable=False)
         loaded = distributed.per_rank(distributed.peak_rss_gib(), d)
@@ -142,8 +146,11 @@ class Trainer:
         final = cfg.out_dir / "final"
         checkpoint.export_hf(final, self.model, self.lm, self.tokenizer,
                              torch.bfloat16 if self.bf16 else torch.float32, d)
+        if d.main and self.adapted is not None:
+            self.adapted.save_pretrained(cfg.out_dir / "adapters")
         if d.main:
-            print(f"final policy (Hugging Face format): {final}")
+            print(f"final policy (Hugging Face format): {final}" + (f"; its LoRA adapters: {cfg.out_dir / 'adapters'}"
+                                                                     if self.adapted is not None else ""))
 
     def train_step(self) -> dict:
         cfg, d = self.cfg, self.d
@@ -169,8 +176,8 @@ class Trainer:
 
         batch, sampler_logp = collate(ro, self.tokenizer.pad_token_id, d.device)
         old_logp, v_old, entropy = self._forward_no_grad(self.model, batch)
-        if self.ref is not None:
-            batch["ref_logp"] = self._forward_no_grad(self.ref, batch)[0]
+        if self.kl:
+            batch["ref_logp"] = self._reference_logp(batch)
         mask = batch["mask"]
         n_tokens = distributed.all_sum(mask.sum().double())
         loss_cfg = cfg.loss
@@ -217,6 +224,13 @@ class Trainer:
             outs.append([torch.nn.functional.pad(x, (0, batch["resp"].shape[1] - T)) for x in stats])
         return tuple(torch.cat(parts) for parts in zip(*outs))
 
+    def _reference_logp(self, batch: dict[str, Tensor]) -> Tensor:
+        """log pi_base(y_t) [B, T]: the reference model's, or with LoRA the policy's with its adapters off."""
+        if self.adapted is None:
+            return self._forward_no_grad(self.ref, batch)[0]
+        with self.adapted.disable_adapter():
+            return self._forward_no_grad(self.model, batch)[0]
+
     def _update(self, batch: dict[str, Tensor]) -> dict[str, float]:
         cfg, d = self.cfg, self.d
         M, B = cfg.train.minibatches, batch["resp"].shape[0]
@@ -244,7 +258,7 @@ class Trainer:
         """Global rollout statistics: sums all-reduced, then divided by global counts; kl_base only with a
         reference model (algo.kl_coef > 0)."""
         mask, A, w = batch["mask"], batch["advantages"], batch["weights"]
-        kl = mask.new_zeros(()) if self.ref is None else torch.where(mask.bool(), k3(batch["old_logp"], batch["ref_logp"]), 0.0)
+        kl = mask.new_zeros(()) if not self.kl else torch.where(mask.bool(), k3(batch["old_logp"], batch["ref_logp"]), 0.0)
         lengths = mask.sum(-1)
         sums = distributed.all_sum(torch.stack([
             rewards.sum(), rewards.new_tensor(float(rewards.numel())), (rewards.max(1).values > 0).sum(),
@@ -262,7 +276,7 @@ class Trainer:
                "v_old_mean": batch["v_old_mean"].item(), "entropy": tok[3] / n_tok,
                "response_length": n_tok / n_roll, "response_length_max": top[2],
                "engine_logp_abs_diff": tok[5] / n_tok}
-        if self.ref is not None:
+        if self.kl:
             row["kl_base"] = tok[4] / n_tok
         return row | update_shares(distributed.all_sum(update_sizes(rewards, A, w)))
 
@@ -325,6 +339,11 @@ def backward_micro_batch(model: torch.nn.Module, cfg: RunConfig, mb: dict[str, T
 
 def memory_note(lm: torch.nn.Module, cfg: RunConfig, world_size: int) -> str:
     n = sum(p.numel() for p in lm.parameters())
+    if cfg.model.lora_rank:
+        trained = sum(p.numel() for p in lm.parameters() if p.requires_grad)
+        frozen = sum(p.numel() * p.element_size() for p in lm.parameters() if not p.requires_grad)
+        return (f"model: {n / 1e6:.1f}M parameters, {trained / 1e6:.2f}M of them LoRA adapters (fp32 + grads + AdamW: "
+                f"{_bytes(16 * trained)}) on a frozen base of {_bytes(frozen)}, before activations and engine")
     state = 16 * n  # bytes: fp32 weights + gradients + two AdamW moments
     shard = state / world_size if cfg.train.parallel == "fsdp2" else state
     return (f"model: {n / 1e6:.1f}M parameters; fp32 weights + grads + AdamW = 16 B/param = {_bytes(state)} "

@@ -40,13 +40,13 @@ NUMERIC = (int, float, float | None)
 MINI_ZERO_MEANS = {
     "seed": "a seed", "eval_seed": "a seed", "focal_gamma": "GRPO's advantages", "dual_clip": "off", "kl_coef": "off",
     "grad_clip": "off", "max_new_tokens": "the task's", "eval_batch": "the task's", "eval_every": "at the end only",
-    "micro_batch": "the whole mini-batch", "head_chunk": "full logits",
+    "micro_batch": "the whole mini-batch", "head_chunk": "full logits", "lora_rank": "off: the full model trains",
 }
 LAB_ZERO_MEANS = {"ucpo_tau": "UCPO without its uniform share", "simko_alpha": "no spreading", "simko_quantile": "every token"}
 SCALED_ZERO_MEANS = {
     "seed": "a seed", "algo.focal_gamma": "GRPO's advantages", "algo.dual_clip": "off", "algo.kl_coef": "off",
     "train.weight_decay": "none",
-    "train.warmup_steps": "no warm-up", "checkpoint.every": "the last step only",
+    "train.warmup_steps": "no warm-up", "checkpoint.every": "the last step only", "model.lora_rank": "off",
 }
 EVAL_ZERO_MEANS = {"temperature": "greedy", "seed": "a seed", "limit": "every problem", "workers": "in the loop",
                    "max_model_len": "--max-new-tokens + 1024"}

@@ -93,8 +93,13 @@ class Task:
         raise ValueError(f"--task {self.name} needs --model")
 
     def base(self, cfg, splits: dict[str, list]):
-        """(tokenizer, model): the base policy, --model's or the task's tiny one, frozen."""
-        tokenizer, model = hf.load_hf(cfg.model, cfg.device) if cfg.model else self.tiny_base(cfg, splits)
+        """(tokenizer, model): the base policy, --model's (in hf.base_dtype; --lora-targets checked on it) or the task's
+        tiny one, frozen."""
+        if not cfg.model:
+            tokenizer, model = self.tiny_base(cfg, splits)
+        else:
+            tokenizer, model = hf.load_hf(cfg.model, cfg.device, hf.base_dtype(cfg))
+            hf.check_lora_targets(cfg, model)
         return tokenizer, model.requires_grad_(False)
 
 

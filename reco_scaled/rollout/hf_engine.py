@@ -158,5 +158,8 @@ class HFEngine(RolloutEngine):
 
 
 def _tensors(model: nn.Module) -> dict[str, Tensor]:
-    """Name -> tensor of the state dict and of every buffer (non-persistent ones such as rotary inv_freq too)."""
-    return {**dict(model.named_buffers()), **model.state_dict()}
+    """Name -> tensor of the state dict and of every buffer (non-persistent ones such as rotary inv_freq too); a model
+    with LoRA adapters (model.lora_rank) gives the plain model's, with the adapters merged in."""
+    from reco_scaled.model import merged_weights
+
+    return {**dict(model.named_buffers()), **merged_weights(model)}
