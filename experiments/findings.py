@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import headline  # noqa: E402  (the concentration sentence, shared with the README's)
-from analysis import leave_one_out_holm  # noqa: E402
 import inertness  # noqa: E402  (the closed form)
+from analysis import leave_one_out_holm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU, FRONTIER, LONG, FORK = headline.CPU, headline.FRONTIER, headline.LONG, headline.FORK
@@ -233,7 +233,7 @@ def transfer_lines(s: dict) -> list[str]:
         return out + ["", "The measured side (`python experiments/inertness.py`) has not been run into `results/` yet."]
     out += ["", f"Measured: ReCo with today's default trained {m['steps']} steps (seed {m['seed']}, lr {lr_text(m['lr'])}), "
             "the first and last ten steps' means and the run's extremes:", "",
-            "| task | mean length (last 10) | q mean → (last 10) | q 90th pct (last 10) | largest q | q* at its length | "
+            "| task | mean length (last 10) | q mean, first 10 → last 10 | q 90th pct (last 10) | largest q | q* at its length | "
             "share of A > 0 responses with \\|w − 1\\| > 1% (first 10 → last 10) | w range over the run |",
             "|---|---|---|---|---|---|---|---|"]
     for task, t in m["tasks"].items():
@@ -245,6 +245,11 @@ def transfer_lines(s: dict) -> list[str]:
     longest = max(m["tasks"].values(), key=lambda t: t["last_10"]["length_mean"])
     reach = longest["last_10"]["q_mean"]
     need = inertness.threshold_q(inertness.LENGTHS[-1])
+    moved = longest["last_10"]["moved_positive"] or 0.0
+    shorter = [t["last_10"]["moved_positive"] or 0.0 for t in m["tasks"].values() if t is not longest]
+    out += ["", f"At {longest['last_10']['length_mean']:.0f} tokens the default's weight moved by more than 1% on "
+            f"{moved:.1%} of the A > 0 responses of the last ten steps"
+            + (f", against {min(shorter):.1%} on the shorter answers." if shorter else ".")]
     out += ["", f"At {inertness.LENGTHS[-1]:,} tokens a response's weight moves by 1% only if its mean per-token "
             f"probability is at least {need:.4f}; the longer task's trained policy reaches {reach:.3f} on average. "
             + ("So at the paper's lengths ReCo's response weight, as the paper writes it, is 1 for every response: "
