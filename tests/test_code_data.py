@@ -13,7 +13,7 @@ import zlib
 
 import pytest
 
-from reco.data.code import DataError, load_code_problems
+from reco.data.code import SAME_SHAPE, DataError, load_code_problems
 from reco.rewards import code as code_reward
 
 datasets = pytest.importorskip("datasets", reason="datasets (requirements.txt) is not installed")
@@ -155,7 +155,8 @@ def test_what_the_loader_builds_from_each_layout(tmp_path):
     assert human["solution"] == HUMANEVAL_ROW["prompt"] + HUMANEVAL_ROW["canonical_solution"]
     assert load("mbpp-full")["tests"] == "\n\n" + "\n".join(REMOVE_OCC_TESTS) + "\n"
     assert load("mbpp-full")["entry_point"] == "remove_Occ" and load("mbpp-full")["prompt"] == MBPP_FULL_ROW["text"]
-    assert load("mbppplus")["tests"].startswith("\n\ncandidate = remove_Occ\nimport numpy as np\n")
+    plus = load("mbppplus")["tests"]  # its float checks compare with allclose: the shape check comes first (issue 61)
+    assert plus.startswith(SAME_SHAPE) and plus[len(SAME_SHAPE):].startswith("\n\ncandidate = remove_Occ\nimport numpy as np\n")
     assert load("apps-stdio")["tests"] == [["1 2\n", "3\n"], ["10 -3\n", "7\n"]]
     assert load("apps-call")["entry_point"] == "extremes" and "Solution().extremes" in load("apps-call")["tests"]
     contests = load("code_contests")
