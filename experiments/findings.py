@@ -377,8 +377,9 @@ def render(s: dict) -> str:
         "- `reco_scaled/configs/qwen2.5-math-1.5b-reco.yaml`: ReCo with `occurrence: count`, batch-normalised, on A > 0 "
         "only; `algo.occurrence=sequence` runs the paper's literal weight, which section 5 predicts is inert "
         "(the log's `w_min = w_max = 1` shows it).",
-        "- Measure before concluding: every trainer logs `update_share_easy` (where the update goes) and `w_min` / "
-        "`w_max` (whether the response weight moves at all); a weight that never moves cannot explain a result.",
+        "- Measure before concluding: reco_mini and reco_scaled log `update_share_easy` (where the update goes), and "
+        "every trainer, TRL and verl included, logs the response weights' range (`w_min` / `w_max`, `reco/w_*`): a "
+        "weight that never moves cannot explain a result.",
         "",
         "To cite: the commit of this page and the study pages it links; every number above is recomputed by "
         "`python experiments/findings.py` from the committed JSON.",
