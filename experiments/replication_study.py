@@ -288,16 +288,16 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
     if summary["base"]:
         b = summary["base"]["pass_at_k"]
         out.append(f"The base before RL: Pass@1 {b['1']:.3f}, Pass@{k} {b[str(k)]:.3f}.")
+    if summary["partial"]:  # no contrast is shown before the study ends: how far it has run, and nothing else
+        done = ", ".join(f"{key} {len(v['seeds'])}" for key, v in summary["arms"].items())
+        return "\n".join(out + [f"\nRuns finished per arm: {done or 'none'}.", _compute_line(c)])
     if summary["arms"]:
         out.append(f"\n![Frontiers and where the update goes]({png})")
     out.append("\n**The replication** (declared before the runs; Holm over the two lrs; TOST ±0.02):\n")
-    if summary["partial"]:
-        out.append("- The study is partial: no answer is drawn from it yet.")
-    else:
-        dd = summary["default"]
-        out.append("- **The default stays:** reco - grpo is confirmed at lr "
-                   f"{' and '.join(f'{lr:g}' for lr in dd['confirmed_at'])}." if dd["stays"] else
-                   "- **The default goes back to group / all:** reco - grpo is confirmed at neither lr (DEFAULT_RULE).")
+    dd = summary["default"]
+    out.append("- **The default stays:** reco - grpo is confirmed at lr "
+               f"{' and '.join(f'{lr:g}' for lr in dd['confirmed_at'])}." if dd["stays"] else
+               "- **The default goes back to group / all:** reco - grpo is confirmed at neither lr (DEFAULT_RULE).")
     for row in summary["family"]:
         if row.get("mean") is None:
             out.append(f"- {row['name']}: not estimable yet.")
@@ -324,11 +324,15 @@ def render_block(summary: dict, results_path: str, png: str) -> str:
             shares = " / ".join("–" if v["shares"][s]["mean"] is None else f"{v['shares'][s]['mean']:.2f}" for s in SHARES)
             out.append(f"| {key} | {len(v['seeds'])} | {v['stalled']} | {v['stopped']} | "
                        f"{v['final_pass_at_1']['mean']:.3f} | {v[f'final_pass_at_{k}']['mean']:.3f} | {shares} |")
-    p = c.get("projection") or {}
-    out.append(f"\nCompute: {c['runs']} runs, {c['run_time_s'] / 3600:.2f} h summed over the runs' own wall times, "
-               f"against a budget of {c['budget_hours']:g} h" + (
-                   f" (projected before the runs: {p['confirm_hours']:.2f} h)" if p else "") + ".")
+    out.append(_compute_line(c))
     return "\n".join(out)
+
+
+def _compute_line(c: dict) -> str:
+    p = c.get("projection") or {}
+    return (f"\nCompute: {c['runs']} runs, {c['run_time_s'] / 3600:.2f} h summed over the runs' own wall times, against "
+            f"a budget of {c['budget_hours']:g} h" + (f" (projected before the runs: {p['confirm_hours']:.2f} h)" if p else "")
+            + ".")
 
 
 # =============================================================================
@@ -383,7 +387,7 @@ def main(argv: list[str] | None = None) -> dict:
     ls.write_archive(archive, plan, base_specs(plan) + confirm_specs(plan), summary["partial"], plan["base_sha256"],
                      what=ARCHIVE_WHAT)
     png = results.with_suffix(".png")
-    if summary["arms"]:
+    if summary["arms"] and not summary["partial"]:  # a partial study shows no curves either
         ns.plot(summary, png)
     if args.write_docs:
         docs = Path(args.write_docs)

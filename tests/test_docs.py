@@ -356,7 +356,7 @@ def test_the_readme_sentence_follows_the_verdicts_and_says_partial():
     versus = [{"arm": "reco-positive-batch", "reference": "f-grpo", "lr": 1e-4, "mean": 0.0, "ci_low": -0.01, "ci_high": 0.01,
                "final_pass_at_1": {"mean": -0.05, "ci_low": -0.07, "ci_high": -0.03}}]
     win = null | {"family": family, "secondary": versus, "default": {"confirmed_at_both_lrs": ["reco-positive-batch"]}}
-    won = headline.readme_sentence(*required, **optional | {"norm": win})
+    won = headline.readme_sentence(*required, **optional | {"norm": win, "replication": None})
     assert "applied only where the advantage is positive, kept more coverage than GRPO there (robustly at 1e-4; at 2e-4 " \
            "only at the threshold, lost when any one of" in won and "Holm" not in won
     assert "batch normalisation alone did not, F-GRPO kept as much with a higher first-try success" in won
