@@ -131,8 +131,8 @@ def test_writes_to_home_the_checkout_and_tmp_stay_inside(sandbox):
 
 def test_home_shows_nothing_but_the_interpreter(sandbox):
     """$HOME exists in the sandbox only where the interpreter is installed under it (pyenv, or a venv such as
-    ~/.venvs/reco): then the program sees the directories leading to the installation and its standard library (a
-    venv's platstdlib is the venv's, with its site-packages hidden), nothing else of $HOME."""
+    ~/.venvs/reco): then the program sees the directories leading to the base installation and its standard library,
+    nothing else of $HOME (nothing of a venv: the program's interpreter is the base one)."""
     import sysconfig
 
     stdlibs = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")]
@@ -456,8 +456,13 @@ def test_the_sandbox_runs_from_a_virtualenv(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     python = venv_seeing_these_packages(tmp_path / "venv")  # from a base interpreter or from a venv alike
-    script = ("from reco.rewards import code\n"
-              "print(code.grade_many(['def f():\\n    return 1\\n', 'def f():\\n    return 2\\n'], 'assert f() == 1\\n'))")
+    script = ("import os, sys\nfrom reco.rewards import code\n"
+              "print(code.grade_many(['def f():\\n    return 1\\n', 'def f():\\n    return 2\\n'], 'assert f() == 1\\n'))\n"
+              "bound = code._program_view(os.path.realpath(sys.executable))\n"
+              "print([p for p in bound if p.startswith(sys.prefix + '/')])")
     run = subprocess.run([str(python), "-c", script], capture_output=True, text=True,
                          timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
-    assert run.returncode == 0 and run.stdout.strip() == "[True, False]", run.stderr[-2000:]
+    assert run.returncode == 0 and run.stdout.split("\n")[0] == "[True, False]", run.stderr[-2000:]
+    # nothing of the venv is shown to a program: a venv at <checkout>/.venv outside /tmp and /work (CI's clone at
+    # /check/work/main) would otherwise show the checkout's directory to every program
+    assert run.stdout.split("\n")[1] == "[]", run.stdout

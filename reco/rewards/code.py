@@ -158,9 +158,13 @@ def _program_view(python: str) -> list[str]:
     """bwrap arguments for the zygote's filesystem, all of it read-only: the interpreter, the standard library
     (site-packages hidden under an empty read-only tmpfs), the shared libraries they load, this project's sandbox
     module, /proc, _DEVICES, and an empty /work and /tmp where each program mounts its own tmpfs."""
-    paths = sysconfig.get_paths()
+    # the base installation's standard library, which the program's interpreter (the venv's python resolved to the
+    # base one) uses: a virtualenv's own platstdlib holds only its site-packages, and binding it would show the
+    # directories above it (the checkout, where the venv is .venv) to every program
+    base = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix,
+            "installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix}
+    paths = sysconfig.get_paths(vars=base)
     stdlibs = sorted({paths["stdlib"], paths["platstdlib"]})
-    # the extension modules live in the base installation's lib-dynload (in a virtualenv, platstdlib is the venv's)
     extensions = sorted({f for lib in stdlibs for f in glob.glob(os.path.join(lib, "lib-dynload", "*.so"))})
     args = []
     for path in [python, *stdlibs, *_shared_libraries([python, *extensions]), "/etc/ld.so.cache"]:
