@@ -43,8 +43,8 @@ class LossConfig:
     """The policy-loss settings, shared with reco_scaled (`algo`) and the TRL and verl plugins."""
 
     occurrence: str = opt("", "response weight m_i (default: the method's)")
-    occurrence_apply: str = opt("positive", "weigh all responses, or those with A > 0")
-    occurrence_norm: str = opt("batch", "w_i = (1/m_i) / its mean in")
+    occurrence_apply: str = opt("all", "weigh all responses, or those with A > 0")
+    occurrence_norm: str = opt("group", "w_i = (1/m_i) / its mean in")
     token_ratio: str = opt("", "token term (default: the method's)")
     focal_gamma: float | None = opt(None, "F-GRPO: A *= (1-success rate)^gamma (default: method's)")
     variance_cap: float = opt(10.0, "c_max, the cap on rho = V / mean V_old")

@@ -24,21 +24,21 @@ CONTROL, CODE, NORM = headline.CONTROL, headline.CODE, headline.NORM
 REPLICATION, INERTNESS = "results/replication_study.json", "results/inertness.json"
 
 FORMS = {  # arm -> what it is, naming the form of the response weight (norm / apply) where it has one
-    "reco": "ReCo, weights normalised per group, on every response (the default before issue 52)",
+    "reco": "ReCo, weights normalised per group, on every response (the default)",
     "reco-positive": "ReCo, weights normalised per group, on A > 0 only",
     "reco-canonical": "ReCo, a copy = the same solution in any form, per group, every response",
     "reco-token": "ReCo's token term alone (GRPO's response weights)",
     "reco-token-fork-oracle": "ReCo's token term at the tokens where solutions branch",
     "reco-response-canonical": "ReCo's response term alone, a copy = the same solution in any form",
     "reco-batch": "ReCo, weights normalised over the batch, on every response",
-    "reco-positive-batch": "ReCo, weights normalised over the batch, on A > 0 only (today's default)",
+    "reco-positive-batch": "ReCo, weights normalised over the batch, on A > 0 only (batch/positive, the default from issue 52 to 59)",
     "reco-response-batch": "ReCo's response term alone, normalised over the batch, every response",
     "f-grpo": "F-GRPO (γ = 1)", "f-grpo-g0.5": "F-GRPO (γ = 0.5, its paper's)", "pass-at-k": "Pass@k training (k = 4)",
     "ucpo": "UCPO", "simko": "SimKO", "zero-success": "a first-success gate under GRPO",
 }
-REPLICATION_FORMS = {  # the replication study's names (its reco is today's default)
-    "reco": "ReCo, today's default (batch, A > 0 only)", "reco-response": "today's default weights, GRPO's token ratio",
-    "reco-prompt": "today's default weights averaged over each group's A > 0 responses", "f-grpo": FORMS["f-grpo"],
+REPLICATION_FORMS = {  # the replication study's names (its reco is batch/positive)
+    "reco": "ReCo, batch/positive", "reco-response": "batch/positive weights, GRPO's token ratio",
+    "reco-prompt": "batch/positive weights averaged over each group's A > 0 responses", "f-grpo": FORMS["f-grpo"],
 }
 
 
@@ -117,13 +117,13 @@ def coverage_rows(s: dict) -> list[list[str]]:
 
 
 def versus_rows(s: dict) -> list[str]:
-    """Today's default against F-GRPO and its own parts, where a study compared them."""
+    """batch/positive against F-GRPO and its own parts, where a study compared them."""
     out = []
     if s["norm"] and not s["norm"]["partial"]:
         for x in s["norm"]["secondary"]:
             if x["arm"] == "reco-positive-batch" and x["reference"] == "f-grpo":
                 equivalent = x["p_tost"] is not None and x["p_tost"] < 0.05
-                out.append(f"- Today's default − F-GRPO at lr {lr_text(x['lr'])}: {ci(x)}, TOST p {x['p_tost']:.3f}"
+                out.append(f"- batch/positive − F-GRPO at lr {lr_text(x['lr'])}: {ci(x)}, TOST p {x['p_tost']:.3f}"
                            + (" (equivalent within ±0.02)" if equivalent else "") + "; final Pass@1 "
                            f"{ci(x['final_pass_at_1'])} (normalisation study, secondary, {x['n']} seeds).")
         fam = {(x["arm"], x["reference"], x["lr"]): x for x in s["norm"]["family"]}
@@ -231,7 +231,7 @@ def transfer_lines(s: dict) -> list[str]:
     m = s["inertness"]
     if m is None or m.get("quick"):
         return out + ["", "The measured side (`python experiments/inertness.py`) has not been run into `results/` yet."]
-    out += ["", f"Measured: ReCo with today's default trained {m['steps']} steps (seed {m['seed']}, lr {lr_text(m['lr'])}), "
+    out += ["", f"Measured: ReCo with batch/positive weights trained {m['steps']} steps (seed {m['seed']}, lr {lr_text(m['lr'])}), "
             "the first and last ten steps' means and the run's extremes:", "",
             "| task | mean length (last 10) | q mean, first 10 → last 10 | q 90th pct (last 10) | largest q | q* at its length | "
             "share of A > 0 responses with \\|w − 1\\| > 1% (first 10 → last 10) | w range over the run |",
@@ -247,13 +247,13 @@ def transfer_lines(s: dict) -> list[str]:
     need = inertness.threshold_q(inertness.LENGTHS[-1])
     moved = longest["last_10"]["moved_positive"] or 0.0
     shorter = [t["last_10"]["moved_positive"] or 0.0 for t in m["tasks"].values() if t is not longest]
-    out += ["", f"At {longest['last_10']['length_mean']:.0f} tokens the default's weight moved by more than 1% on "
+    out += ["", f"At {longest['last_10']['length_mean']:.0f} tokens the batch/positive weight moved by more than 1% on "
             f"{moved:.1%} of the A > 0 responses of the last ten steps"
             + (f", against {min(shorter):.1%} on the shorter answers." if shorter else ".")]
     out += ["", f"At {inertness.LENGTHS[-1]:,} tokens a response's weight moves by 1% only if its mean per-token "
             f"probability is at least {need:.4f}; the longer task's trained policy reaches {reach:.3f} on average. "
             + ("So at the paper's lengths ReCo's response weight, as the paper writes it, is 1 for every response: "
-               "under any normalisation the default is GRPO's response weighting, and what is left of ReCo is its token "
+               "under any normalisation it is GRPO's response weighting, and what is left of ReCo is its token "
                "term, unless the policy is near-deterministic." if reach < need else
                "Here the policy is near-deterministic enough for the weight to act even at the paper's lengths.")]
     return out
@@ -306,8 +306,9 @@ def render(s: dict) -> str:
         "over the range of Pass@1 that both runs' checkpoints reach, paired by seed, with its 95% CI; it compares "
         "coverage at the same first-try success, so a method cannot win it by learning less. *F-GRPO*: GRPO with each "
         "group's advantages scaled by (1 − its success rate)^γ. *Pass@k training*: GRPO with advantages that reward a "
-        "group for solving a problem at least once in k tries. *Today's default*: ReCo's response weights w_i = "
-        "(1/m_i) / (their mean over the rollout batch) on responses with A > 0, 1 elsewhere.",
+        "group for solving a problem at least once in k tries. *group/all* (ReCo's default): w_i = (1/m_i) / (their mean over the "
+        "response's group) on every response. *batch/positive* (the default from issue 52 to 59): w_i = (1/m_i) / "
+        "(their mean over the rollout batch) on responses with A > 0, 1 elsewhere.",
         "",
         "## 1. GRPO concentrates on this task",
         "",
@@ -322,11 +323,11 @@ def render(s: dict) -> str:
         "",
         *table(["method (form)", "lr", "statistic", "gap − GRPO (95% CI)", "reading", "study"], coverage_rows(s)),
         "",
-        "What in today's default does the work:",
+        "What in batch/positive does the work:",
         "",
         *versus_rows(s),
         "",
-        "How firm the default's confirmation is:",
+        "How firm the normalisation study's confirmation of batch/positive is:",
         "",
         *robustness_lines(s),
         "",
@@ -359,9 +360,9 @@ def render(s: dict) -> str:
         "The paper-scale configs here use `occurrence: count` (a response's exact copies in its group), which does act "
         "when a policy repeats itself word for word, and the token term, which does not depend on length.",
         "",
-        "## 6. The replication of today's default",
+        "## 6. The replication of batch/positive",
         "",
-        "Pre-registered in [replication_study.md](replication_study.md): today's default against GRPO on fresh seeds, "
+        "Pre-registered in [replication_study.md](replication_study.md): batch/positive, then the default, against GRPO on fresh seeds, "
         "with F-GRPO, its response weights under GRPO's token ratio, and its weights averaged per prompt beside it.",
         "",
         *replication_lines(s),

@@ -281,8 +281,10 @@ def default_sentence(norm: dict | None, replication: dict | None = None, statist
             held.append(f"robustly at {lr_text(r['lr'])}" if not lost else
                         f"at {lr_text(r['lr'])} only at the threshold{p_holm}, lost when any one of {lost} of its "
                         f"{len(ps)} seeds is left out")
-    sentence = (f"ReCo's default since the normalisation study, {DEFAULT_WORDS[arm]}, kept more coverage than GRPO there "
-                f"({'; '.join(held)})")
+    undone = replication is not None and not replication["partial"] and not replication["default"]["stays"]
+    lead = "the normalisation study's default" if undone else "ReCo's default since the normalisation study"
+    lead = lead[0].upper() + lead[1:] if statistics else lead  # the README joins it to the sentence before it
+    sentence = f"{lead}, {DEFAULT_WORDS[arm]}, kept more coverage than GRPO there ({'; '.join(held)})"
     if arm == "reco-positive-batch" and not any(r.get("confirmed") for r in norm["family"] if r["arm"] == "reco-batch"):
         sentence += "; batch normalisation alone did not"
     peer = [r for r in norm["secondary"] if r["arm"] == arm and r["reference"] == "f-grpo" and r.get("mean") is not None]
@@ -298,10 +300,14 @@ def default_sentence(norm: dict | None, replication: dict | None = None, statist
     if replication["partial"]:
         return sentence + ", and a replication on fresh seeds is running."
     d = replication["default"]
-    return sentence + (f"; a pre-registered replication on fresh seeds confirmed it at "
-                       f"{' and '.join(lr_text(x) for x in d['confirmed_at'])}, so it stays." if d["stays"] else
-                       "; a pre-registered replication on fresh seeds did not confirm it at either learning rate, so the "
-                       "default went back to per-group weights on every response.")
+    if d["stays"]:
+        return sentence + (f"; a pre-registered replication on fresh seeds confirmed it at "
+                           f"{' and '.join(lr_text(x) for x in d['confirmed_at'])}, so it stays.")
+    figures = "" if not statistics else " (" + "; ".join(
+        f"{interval(r['mean'], r['ci_low'], r['ci_high'])}, Holm p {r['p_holm']:.3f}, at {lr_text(r['lr'])}"
+        for r in replication["family"] if r["reference"] == "grpo") + ")"
+    return sentence + (f"; a pre-registered replication on fresh seeds did not confirm it at either learning rate{figures}, "
+                       "so ReCo's default went back to per-group weights on every response.")
 
 
 def control_sentence(control: dict | None) -> list[str]:

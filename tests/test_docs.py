@@ -364,12 +364,17 @@ def test_the_readme_sentence_follows_the_verdicts_and_says_partial():
     assert "only at the threshold, Holm p 0.046, lost when" in headline.render(*required, **optional | {"norm": win})
     assert "a replication on fresh seeds is running" in headline.readme_sentence(
         *required, **optional | {"norm": win, "replication": {"partial": True}})
-    undone = {"partial": False, "default": {"stays": False, "confirmed_at": []}}
-    assert "did not confirm it at either learning rate, so the default went back" in headline.readme_sentence(
-        *required, **optional | {"norm": win, "replication": undone})
+    undone = {"partial": False, "default": {"stays": False, "confirmed_at": []},
+              "family": [{"reference": "grpo", "lr": 1e-4, "mean": 0.018, "ci_low": -0.010, "ci_high": 0.046,
+                          "p_holm": 0.178}]}
+    sentence = headline.readme_sentence(*required, **optional | {"norm": win, "replication": undone})
+    assert "the normalisation study's default, weights normalised" in sentence and "ReCo's default since" not in sentence
+    assert "did not confirm it at either learning rate, so ReCo's default went back" in sentence
+    assert "did not confirm it at either learning rate (+0.018, 95% CI -0.010 to +0.046, Holm p 0.178, at 1e-4), so" in \
+        headline.render(*required, **optional | {"norm": win, "replication": undone})
     family[4]["per_seed"] = steady
     assert "robustly at 1e-4; robustly at 2e-4" in headline.readme_sentence(*required, **optional | {"norm": win})
-    rendered = headline.render(*required, **optional | {"norm": win})
+    rendered = headline.render(*required, **optional | {"norm": win, "replication": None})
     assert "**Does ReCo's normalisation explain its null?** ([docs/norm_study.md](norm_study.md)): ReCo's default since" in \
         rendered and "robustly at 1e-4; robustly at 2e-4" in rendered
     assert "PARTIAL" not in won  # every other committed study has finished

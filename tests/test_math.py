@@ -402,4 +402,5 @@ def test_occurrence_weights_defaults_are_loss_configs():
     named = occurrence_weights(lp, "sequence", advantages=A, apply=cfg.occurrence_apply, norm=cfg.occurrence_norm)
     assert torch.equal(occurrence_weights(lp, "sequence", advantages=A), named)
     inv_m = 1 / (1 + 3 * lp.exp())
-    assert torch.allclose(named, torch.where(A > 0, inv_m / inv_m.mean(), torch.ones_like(inv_m)), rtol=0, atol=1e-15)
+    assert (cfg.occurrence_apply, cfg.occurrence_norm) == ("all", "group")  # since the replication study (issue 59)
+    assert torch.allclose(named, inv_m / inv_m.mean(dim=1, keepdim=True), rtol=0, atol=1e-15)  # per group, every response

@@ -56,7 +56,9 @@ def test_the_reco_prompt_arm_parses_and_a_bad_pool_is_one_line(capsys):
     assert exc.value.code == 2 and "weight_pool" in capsys.readouterr().err.replace("-", "_")
 
 
-def test_every_reco_arm_writes_the_default_out():
+def test_every_reco_arm_writes_the_tested_form_out():
+    """The arms name batch/positive (the default they tested) in their flags, so the default's return to group/all
+    after the study does not change what they ran."""
     for arm, (method, flags) in rs.ARMS.items():
         cfg = lab.loss_config(lab.parse_config([*lab.STUDY_PINS, *flags, "--method", method]), method)
         if method.startswith("reco"):

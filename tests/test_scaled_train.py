@@ -123,15 +123,15 @@ def test_checkpoint_of_another_model_is_refused(tmp_path, capsys):
 
 
 def test_resume_under_another_loss_is_refused_naming_each_field(tmp_path, capsys):
-    """A run started with group-normalised weights on every response and rerun with the defaults (batch, positive)
-    used to resume and train on with the new weights; now it exits 2 with one line that names both fields."""
-    run(tmp_path / "run", "train.steps=1", "algo.occurrence_norm=group", "algo.occurrence_apply=all")
+    """A run started with batch-normalised positive-only weights and rerun with the defaults (group, all) would
+    resume and train on with other weights; it exits 2 with one line that names both fields."""
+    run(tmp_path / "run", "train.steps=1", "algo.occurrence_norm=batch", "algo.occurrence_apply=positive")
     capsys.readouterr()
     assert main(["--config", TINY, f"out={tmp_path / 'run'}", "train.steps=2"]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and "is another run's" in err[0], err
-    assert "algo.occurrence_norm='group' there, 'batch' here" in err[0]
-    assert "algo.occurrence_apply='all' there, 'positive' here" in err[0]
+    assert "algo.occurrence_norm='batch' there, 'group' here" in err[0]
+    assert "algo.occurrence_apply='positive' there, 'all' here" in err[0]
     assert len(rows(tmp_path / "run")) == 1
 
 

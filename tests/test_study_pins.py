@@ -1,5 +1,6 @@
-"""Issue 52 moved reco_mini's response-weight defaults to --occurrence-norm batch --occurrence-apply positive. Every
-committed study ran ReCo with the old ones (group, all), so each study's runner puts lab.STUDY_PINS before the arm's
+"""Issue 52 moved reco_mini's response-weight defaults to --occurrence-norm batch --occurrence-apply positive, and
+issue 59's replication moved them back (group, all). Every committed study before the replication ran ReCo with
+group/all, so each study's runner puts lab.STUDY_PINS before the arm's
 own flags: every arm of every study trains with the settings it was run with, and an arm that sets a flag itself (the
 normalisation study's batch arms, the positive-only arms) keeps it. The runs are keyed by spec, not by flags, so the
 committed run directories still count as done. Each runner is stopped at its parse_config (nothing trains here)."""

@@ -153,9 +153,9 @@ def test_grpo_equals_trl(model_dir, tmp_path, settings):
 
 # (TRL/ReCo config, the reco_mini LossConfig it must mean, the normaliser of its loss_type) on P*G rows, ACCUM steps
 CASES = [
-    ({"method": "reco"}, {}, {"num_tokens": "tokens"}),  # the defaults: batch-normalised, positive-only weights
-    ({"method": "reco", "occurrence_norm": "group", "occurrence_apply": "all"},  # the defaults before issue 52
-     {"occurrence_norm": "group", "occurrence_apply": "all"}, {"num_tokens": "tokens"}),
+    ({"method": "reco"}, {}, {"num_tokens": "tokens"}),  # the defaults: group-normalised weights on every response
+    ({"method": "reco", "occurrence_norm": "batch", "occurrence_apply": "positive"},  # the default from issue 52 to 59
+     {"occurrence_norm": "batch", "occurrence_apply": "positive"}, {"num_tokens": "tokens"}),
     ({"method": "reco", "occurrence": "count", "occurrence_apply": "positive", "loss_type": "grpo",
       "temperature": 0.7}, {"occurrence": "count", "occurrence_apply": "positive",
                             "aggregation": "seq-mean-token-mean"}, {"num_seqs": P * G * ACCUM}),

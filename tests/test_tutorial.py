@@ -216,7 +216,7 @@ def test_the_stability_table_names_each_rows_response_weights():
     assert forms["reco"] == "group/all" and forms["reco+apply-positive"] == "group/positive"
 
 
-def test_the_toy_runs_the_default_beside_group_all_and_the_prose_quotes_its_numbers():
+def test_the_toy_runs_batch_positive_beside_the_default_and_the_prose_quotes_its_numbers():
     """Chapter 3's shared-logits toy, recomputed from tutorial/toys/shared_modes.py: batch/positive keeps Pass@256 that
     GRPO and group/all lose, at a lower Pass@1, by moving the update off easy groups; every number the prose quotes
     for it is the toy's."""
@@ -225,7 +225,8 @@ def test_the_toy_runs_the_default_beside_group_all_and_the_prose_quotes_its_numb
     assert toy.FORMS["ReCo batch/positive"][1:] == ("positive", "batch")
     import reco_mini
 
-    assert (reco_mini.LossConfig.occurrence_apply, reco_mini.LossConfig.occurrence_norm) == ("positive", "batch")
+    # the default again since the replication study (issue 59's rule)
+    assert (reco_mini.LossConfig.occurrence_apply, reco_mini.LossConfig.occurrence_norm) == ("all", "group")
     end = {name: toy.train(True, 100, occ, apply=apply, norm=norm)[-1] for name, (occ, apply, norm) in toy.FORMS.items()}
     grpo, old, new = end["GRPO"], end["ReCo group/all"], end["ReCo batch/positive"]
     p256 = {k: toy.exact_pass_at_k(v, 256) for k, v in end.items()}
@@ -313,16 +314,17 @@ def test_the_glossary_defines_the_studies_terms_before_their_first_use():
         assert start <= first < start + len(entry.group(0)), f"{term} is used before its glossary entry"
 
 
-def test_chapter_6_says_the_batch_default_all_reduces_the_weights():
+def test_chapter_6_says_batch_normalisation_all_reduces_the_weights():
     """ch6 said the response weights need no communication; under occurrence_norm batch reco_scaled all-reduces the mean
-    of 1/m_i (reco_scaled/trainer.py response_weights)."""
+    of 1/m_i (reco_scaled/trainer.py response_weights), under the default, group, they need none."""
     from reco_scaled import trainer
 
     assert "all_sum" in inspect.getsource(trainer.response_weights)
     text = " ".join((TUTORIAL / chapters.CHAPTERS[5]).read_text().split())
     for sentence in re.split(r"(?<=\.)\s+", text):
         assert not ("response weights" in sentence and "no communication" in sentence), sentence
-    assert re.search(r"response weights[^.]*all-reduces", text)
+    assert re.search(r"default `occurrence_norm: group`[^.]*response weights are computed per group", text)
+    assert re.search(r"Under `occurrence_norm: batch` they need one number[^.]*all-reduces", text)
     assert "all_reduce(sum of 1/m_i)" in text
 
 
@@ -338,8 +340,8 @@ def _occurrence_weights_calls():
 
 
 def test_every_tutorial_call_of_occurrence_weights_names_its_form():
-    """occurrence_weights' keyword defaults are LossConfig's (batch/positive, issue 59): a call that means group/all must
-    say so, and one that reweights only A > 0 must pass the advantages."""
+    """occurrence_weights' keyword defaults are LossConfig's (issue 59), which a study may move again: every call names
+    its form, and one that reweights only A > 0 must pass the advantages."""
     calls = list(_occurrence_weights_calls())
     assert len(calls) >= 6
     for where, call in calls:
