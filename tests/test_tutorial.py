@@ -364,3 +364,16 @@ def test_the_path_answers_how_to_run_my_own_model_and_data_on_one_gpu():
     example = re.search(r'`(\{"question": [^`]+\})`', readme)
     row = json.loads(example.group(1))
     assert set(row) & set(PROBLEM_FIELDS) and set(row) & set(ANSWER_FIELDS)
+
+
+def test_chapter_5_says_the_default_did_not_replicate_with_the_studys_numbers():
+    """The replication study (issue 59) confirmed batch/positive at neither lr, so the default went back to group/all:
+    ch5's closing says so, and quotes the primary contrasts from results/replication_study.json."""
+    study = json.loads((ROOT / "results" / "replication_study.json").read_text())
+    assert not study["partial"] and not study["default"]["stays"]
+    text = (TUTORIAL / chapters.CHAPTERS[4]).read_text()
+    closing = " ".join(text.split("\n## What was found, and what to try next\n", 1)[1].split())
+    assert "It did not replicate." in closing and "the default went back to group/all" in closing
+    for row in study["family"]:
+        assert f"{_fmt(row['mean'])} ({_fmt(row['ci_low'])} to {_fmt(row['ci_high'])})" in closing, row["name"]
+        assert f"Holm p {row['p_holm']:.3f}" in closing, row["name"]
