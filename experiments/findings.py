@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CPU, FRONTIER, LONG, FORK = headline.CPU, headline.FRONTIER, headline.LONG, headline.FORK
 CONTROL, CODE, NORM = headline.CONTROL, headline.CODE, headline.NORM
 REPLICATION, INERTNESS = "results/replication_study.json", "results/inertness.json"
+RECO_CONFIG = "reco_scaled/configs/qwen2.5-math-1.5b-reco.yaml"  # section 7 reads its response-weight settings
 
 FORMS = {  # arm -> what it is, naming the form of the response weight (norm / apply) where it has one
     "reco": "ReCo, weights normalised per group, on every response (the default)",
@@ -270,9 +271,15 @@ def replication_lines(s: dict) -> list[str]:
     d = r["default"]
     verdict = (f"reco − grpo is confirmed at lr {' and '.join(lr_text(x) for x in d['confirmed_at'])}, so by the rule "
                "written before the runs the default stays." if d["stays"] else
-               "reco − grpo is confirmed at neither lr, so by the rule written before the runs ReCo's default goes back "
+               "reco − grpo is confirmed at neither lr, so by the rule written before the runs ReCo's default went back "
                "to per-group weights on every response: the normalisation study's gain did not replicate.")
-    return [verdict, "", *[f"- {x['name']}: {ci(x)}, Holm p {x['p_holm']:.3f}." for x in r["family"]]]
+    return [verdict, "", *[f"- {x['name']}: {ci(x)}, Holm p {x['p_holm']:.3f}." for x in r["family"]], "",
+            "Secondary (pre-registered, unadjusted; TOST at ±0.02; reco-response has GRPO's token ratio, reco-prompt "
+            "each group's mean weight):", "",
+            *[f"- {x['name']}: {ci(x)}, TOST p {x['p_tost']:.3f}; final Pass@1 {ci(x['final_pass_at_1'])}."
+              for x in r["secondary"] if x.get("mean") is not None], "",
+            f"Pooled with the normalisation study ({r['pooled'][0]['n'] if r['pooled'] else 0} seeds, exploratory):", "",
+            *[f"- {x['name']}: {ci(x)}; final Pass@1 {ci(x['final_pass_at_1'])}." for x in r["pooled"]]]
 
 
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -286,6 +293,9 @@ def sources() -> dict:
 
 
 def render(s: dict) -> str:
+    import yaml
+
+    reco_algo = yaml.safe_load((ROOT / RECO_CONFIG).read_text())["algo"]
     used = [p for p, key in ((CPU, "cpu"), (FRONTIER, "frontier"), (LONG, "long"), (FORK, "fork"), (CONTROL, "control"),
                              (CODE, "code"), (NORM, "norm"), (REPLICATION, "replication"), (INERTNESS, "inertness"))
             if s[key] is not None]
@@ -373,10 +383,12 @@ def render(s: dict) -> str:
         "<file>`); the 1.5B configs are the cheapest:",
         "",
         "- `reco_scaled/configs/qwen2.5-math-1.5b-grpo.yaml`: the baseline every comparison needs, at the same lr.",
-        "- `reco_scaled/configs/qwen2.5-math-1.5b-f-grpo.yaml`: F-GRPO, which kept coverage here as well as ReCo's "
-        "default did, with a higher final Pass@1.",
-        "- `reco_scaled/configs/qwen2.5-math-1.5b-reco.yaml`: ReCo with `occurrence: count`, batch-normalised, on A > 0 "
-        "only; `algo.occurrence=sequence` runs the paper's literal weight, which section 5 predicts is inert "
+        "- `reco_scaled/configs/qwen2.5-math-1.5b-f-grpo.yaml`: F-GRPO, which kept coverage here as well as "
+        "batch/positive did, with a higher final Pass@1.",
+        f"- `{RECO_CONFIG}`: ReCo with `occurrence: {reco_algo['occurrence']}`, weights "
+        f"{reco_algo['occurrence_norm']}/{reco_algo['occurrence_apply']}; "
+        "`algo.occurrence_norm=batch algo.occurrence_apply=positive` runs batch/positive, and "
+        "`algo.occurrence=sequence` the paper's literal weight, which section 5 predicts is inert "
         "(the log's `w_min = w_max = 1` shows it).",
         "- Measure before concluding: reco_mini and reco_scaled log `update_share_easy` (where the update goes), and "
         "every trainer, TRL and verl included, logs the response weights' range (`w_min` / `w_max`, `reco/w_*`): a "

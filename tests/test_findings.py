@@ -93,3 +93,19 @@ def test_the_words_follow_the_numbers():
     assert "near-deterministic enough" in "\n".join(findings.transfer_lines(s | {"inertness": measured}))
     assert "PARTIAL" in "\n".join(findings.replication_lines(s | {"replication": {"partial": True, "compute": {
         "runs": 3, "runs_planned": 81}}}))
+
+
+def test_the_replication_section_gives_every_pre_registered_and_pooled_contrast():
+    """Section 6 quotes the verdict, both primary contrasts, every secondary (with its TOST p and final Pass@1) and the
+    pooled figures from results/replication_study.json, and follows the verdict when it is flipped."""
+    s = findings.sources()
+    r = s["replication"]
+    text = "\n".join(findings.replication_lines(s))
+    rows = r["family"] + [x for x in r["secondary"] if x.get("mean") is not None] + r["pooled"]
+    assert len(rows) == 2 + 6 + 4
+    for x in rows:
+        assert f"- {x['name']}: {findings.ci(x)}" in text, x["name"]
+    assert ("did not replicate" in text) == (not r["default"]["stays"])
+    flipped = copy.deepcopy(s)
+    flipped["replication"]["default"] |= {"stays": True, "confirmed_at": [1e-4]}
+    assert "the default stays" in "\n".join(findings.replication_lines(flipped))
