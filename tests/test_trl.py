@@ -337,8 +337,11 @@ def test_example_code_reward_reads_the_tests_column_and_runs(tmp_path):
 
 # ------------------------------------------------------------------ the batch of the batch mean: every row the loss keeps
 
+BATCH = {"occurrence_norm": "batch", "occurrence_apply": "positive"}  # the weights whose mean spans the batch
+
+
 def sequence_weights(seq_logp: torch.Tensor, advantages: torch.Tensor, kept: torch.Tensor | None = None) -> torch.Tensor:
-    """The default weights in closed form (docs/design.md §3.2), written here in plain tensor ops: m = 1 + (G - 1) p,
+    """batch/positive weights in closed form (docs/design.md §3.2), written here in plain tensor ops: m = 1 + (G - 1) p,
     w = (1/m) / the mean of 1/m over the kept rows, applied where A > 0 (1 elsewhere)."""
     inv_m = 1.0 / (1.0 + (G - 1) * seq_logp.double().exp())
     kept = torch.ones_like(inv_m, dtype=torch.bool) if kept is None else kept
@@ -355,7 +358,7 @@ def test_masked_truncated_completions_take_no_part_in_the_batch_mean(model_dir, 
     """With mask_truncated_completions, TRL zeroes a truncated row's completion_mask; such a row counted in the mean
     at 1/G, so the mean fell and the kept rows' weights rose (issue 60)."""
     trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco",
-                           mask_truncated_completions=True)
+                           mask_truncated_completions=True, **BATCH)
     batch = fixed_batch(trainer.model, trainer.processing_class)
     eos = trainer.processing_class.eos_token_id
     truncated = ~(batch["completion_ids"] == eos).any(-1)  # the greedy rows: no <eos> within MAX_LEN
@@ -371,7 +374,7 @@ def test_gradient_accumulation_weighs_over_the_whole_generation_batch(model_dir,
     """Two micro-batches of one group each make one generation batch: the loss sees weights whose mean is over both
     (reco_mini's closed form on the whole batch), not over its own micro-batch."""
     trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco",
-                           per_device_train_batch_size=G, max_steps=1)
+                           per_device_train_batch_size=G, max_steps=1, **BATCH)
     seen, compute_loss = [], trainer._compute_loss
 
     def recording(model, inputs):  # the parameters change only after both micro-batches
@@ -400,7 +403,7 @@ def test_two_processes_weigh_over_the_whole_generation_batch(model_dir, tmp_path
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = torch.load(out)
-    trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path / "one", method="reco")
+    trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path / "one", method="reco", **BATCH)
     batch = fixed_batch(trainer.model, trainer.processing_class)
     seq, A = old_seq_logp(trainer.model, batch), batch["advantages"]
     inv_m = 1.0 / (1.0 + (G - 1) * seq.exp())
@@ -410,7 +413,7 @@ def test_two_processes_weigh_over_the_whole_generation_batch(model_dir, tmp_path
 
 def two_process_worker(model_dir: str, out_dir: str, out: str) -> None:
     """One process of the test above: its half of fixed_batch's rows; rank 0 saves every process's weights."""
-    trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, Path(model_dir), Path(out_dir), method="reco")
+    trainer = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, Path(model_dir), Path(out_dir), method="reco", **BATCH)
     rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
     batch = fixed_batch(trainer.model, trainer.processing_class)
     rows = slice(rank * G, (rank + 1) * G)
@@ -424,18 +427,17 @@ def two_process_worker(model_dir: str, out_dir: str, out: str) -> None:
 
 
 def test_a_resume_under_another_loss_is_refused(model_dir, tmp_path):
-    """A checkpoint written with group-normalised weights on every response, resumed with the defaults, would go on
-    under another objective: refused, naming each changed setting."""
-    first = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco", occurrence_norm="group",
-                         occurrence_apply="all", max_steps=1, save_strategy="steps", save_steps=1)
+    """A checkpoint written with batch-normalised positive-only weights, resumed with the defaults (group, all), would
+    go on under another objective: refused, naming each changed setting."""
+    first = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco", **BATCH, max_steps=1,
+                         save_strategy="steps", save_steps=1)
     first.train()
     again = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco", max_steps=2)
     with pytest.raises(ValueError, match="another loss") as e:
         again.train(resume_from_checkpoint=True)
-    assert "occurrence_norm='group' there, 'batch' here" in str(e.value)
-    assert "occurrence_apply='all' there, 'positive' here" in str(e.value)
-    same = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco", occurrence_norm="group",
-                        occurrence_apply="all", max_steps=2)
+    assert "occurrence_norm='batch' there, 'group' here" in str(e.value)
+    assert "occurrence_apply='positive' there, 'all' here" in str(e.value)
+    same = make_trainer(ReCoGRPOTrainer, ReCoGRPOConfig, model_dir, tmp_path, method="reco", **BATCH, max_steps=2)
     same.train(resume_from_checkpoint=True)  # the same loss resumes
     assert same.state.global_step == 2
 

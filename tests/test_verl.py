@@ -433,18 +433,19 @@ if verl is not None:
             trainer.reco, trainer.global_steps = plugin.check_config(trainer.config), 3
             return trainer
 
-        trainer_with(occurrence_norm="group", occurrence_apply="all")._save_checkpoint()
+        trainer_with(occurrence_norm="batch", occurrence_apply="positive")._save_checkpoint()
         (tmp_path / "latest_checkpointed_iteration.txt").write_text("3")  # as verl's _save_checkpoint writes it
         with pytest.raises(plugin.RecoConfigError) as err:
             trainer_with()._load_checkpoint()
-        assert "occurrence_norm='group' there, 'batch' here" in str(err.value)
-        assert "occurrence_apply='all' there, 'positive' here" in str(err.value) and not loaded
-        trainer_with(occurrence_norm="group", occurrence_apply="all")._load_checkpoint()
+        assert "occurrence_norm='batch' there, 'group' here" in str(err.value)
+        assert "occurrence_apply='positive' there, 'all' here" in str(err.value) and not loaded
+        trainer_with(occurrence_norm="batch", occurrence_apply="positive")._load_checkpoint()
         assert loaded == [True]  # the same loss resumes
 
     def test_parameter_sync_step_above_one_is_refused_only_with_a_batch_mean(base_config):
         with pytest.raises(plugin.RecoConfigError) as err:
-            plugin.check_config(config_with(base_config, trainer__v1__sync__parameter_sync_step=2))
+            plugin.check_config(config_with(base_config, trainer__v1__sync__parameter_sync_step=2,
+                                            reco__occurrence_norm="batch"))
         assert err.value.name == "trainer.v1.sync.parameter_sync_step" and "reco.occurrence_norm batch" in str(err.value)
         per_group = config_with(base_config, trainer__v1__sync__parameter_sync_step=2, reco__occurrence_norm="group",
                                 reco__variance_norm="none")
