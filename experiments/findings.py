@@ -125,7 +125,8 @@ def versus_rows(s: dict) -> list[str]:
             if x["arm"] == "reco-positive-batch" and x["reference"] == "f-grpo":
                 equivalent = x["p_tost"] is not None and x["p_tost"] < 0.05
                 out.append(f"- batch/positive − F-GRPO at lr {lr_text(x['lr'])}: {ci(x)}, TOST p {x['p_tost']:.3f}"
-                           + (" (equivalent within ±0.02)" if equivalent else "") + "; final Pass@1 "
+                           + (f" (equivalent within ±{s['norm']['design']['equivalence_margin']:g})" if equivalent else "")
+                           + "; final Pass@1 "
                            f"{ci(x['final_pass_at_1'])} (normalisation study, secondary, {x['n']} seeds).")
         fam = {(x["arm"], x["reference"], x["lr"]): x for x in s["norm"]["family"]}
         for lr in s["norm"]["design"]["lrs"]:
@@ -274,8 +275,8 @@ def replication_lines(s: dict) -> list[str]:
                "reco − grpo is confirmed at neither lr, so by the rule written before the runs ReCo's default went back "
                "to per-group weights on every response: the normalisation study's gain did not replicate.")
     return [verdict, "", *[f"- {x['name']}: {ci(x)}, Holm p {x['p_holm']:.3f}." for x in r["family"]], "",
-            "Secondary (pre-registered, unadjusted; TOST at ±0.02; reco-response has GRPO's token ratio, reco-prompt "
-            "each group's mean weight):", "",
+            f"Secondary (pre-registered, unadjusted; TOST at ±{r['design']['equivalence_margin']:g}; reco-response has "
+            "GRPO's token ratio, reco-prompt each group's mean weight):", "",
             *[f"- {x['name']}: {ci(x)}, TOST p {x['p_tost']:.3f}; final Pass@1 {ci(x['final_pass_at_1'])}."
               for x in r["secondary"] if x.get("mean") is not None], "",
             f"Pooled with the normalisation study ({r['pooled'][0]['n'] if r['pooled'] else 0} seeds, exploratory):", "",
